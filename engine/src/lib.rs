@@ -1,0 +1,15 @@
+//! amdahl's engine: DeepSeek-V4 model definition, checkpoint loading, CPU reference forward pass,
+//! quantized formats, per-sequence caches, scheduling and device actors. No HTTP here: the `web`
+//! crate talks to the engine through [`api`].
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod kv_cache;
+pub mod model;
+pub mod ops;
+pub mod profile;
+pub mod rng;
+pub mod tensor;
+
+pub use error::{EngineError, Result};

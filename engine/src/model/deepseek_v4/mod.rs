@@ -1,0 +1,187 @@
+//! DeepSeek-V4 (model-spec §3; paper "DeepSeek-V4", reference semantics of DeepSeek's
+//! `inference/model.py` as quoted in the spec; parity reference HF transformers 5.17
+//! `deepseek_v4`). The forward pass takes a batch of sequence chunks, each advancing its own
+//! [`SeqState`]; a whole prompt, a prompt fed in chunks and token-by-token decode all go through
+//! the same code, so they agree by construction.
+
+mod attention;
+pub mod synthetic;
+pub mod weights;
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{AttnKind, ModelConfig};
+use crate::error::{EngineError, Result};
+use crate::kv_cache::{LayerCache, SeqState};
+use crate::ops::norm::rms_norm_rows;
+use crate::ops::rope::RopeTable;
+use crate::profile::{Stage, StageClock};
+use crate::tensor::Mat;
+use attention::SeqSpan;
+pub use weights::ModelWeights;
+
+/// Numerics of the forward pass (ARCHITECTURE.md "Numerics modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Numerics {
+    /// transformers' math: no simulated FP8 KV / FP4 indexer keys, no Hadamard. Used for
+    /// parity tests. (DeepSeek's inference numerics are a separate, later mode.)
+    #[default]
+    Reference,
+}
+
+/// Which logits a sequence wants from a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    None,
+    Last,
+    All,
+}
+
+/// One sequence's part of a step: its next tokens and its state.
+pub struct SeqInput<'a> {
+    pub tokens: &'a [u32],
+    pub state: &'a mut SeqState,
+    pub logits: LogitRows,
+}
+
+/// A loaded DeepSeek-V4 model.
+#[derive(Debug)]
+pub struct DeepseekV4 {
+    pub cfg: ModelConfig,
+    pub weights: ModelWeights,
+    pub numerics: Numerics,
+    rope_main: RopeTable,
+    rope_compress: RopeTable,
+}
+
+impl DeepseekV4 {
+    /// Loads `config.json` and the checkpoint from a model folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let cfg = ModelConfig::from_path(dir)?;
+        let ck = Checkpoint::open(dir)?;
+        Self::from_checkpoint(cfg, &ck)
+    }
+
+    pub fn from_checkpoint(cfg: ModelConfig, ck: &Checkpoint) -> Result<Self> {
+        let weights = ModelWeights::load(ck, &cfg)?;
+        Ok(Self {
+            rope_main: RopeTable::new(&cfg.main_rope, cfg.rope_dim),
+            rope_compress: RopeTable::new(&cfg.compress_rope, cfg.rope_dim),
+            cfg,
+            weights,
+            numerics: Numerics::Reference,
+        })
+    }
+
+    /// A fresh, empty state for a new sequence.
+    pub fn new_state(&self) -> SeqState {
+        let c = &self.cfg;
+        let layers = c
+            .layer_kinds
+            .iter()
+            .map(|k| LayerCache {
+                ring: vec![0.0; c.sliding_window * c.head_dim],
+                compressor: (!matches!(k, AttnKind::Sliding)).then(Default::default),
+                indexer: matches!(k, AttnKind::Csa { .. }).then(Default::default),
+            })
+            .collect();
+        SeqState { pos: 0, layers }
+    }
+
+    /// Runs one step over every sequence's next tokens. Returns, per sequence, the logits rows
+    /// it asked for (`[0|1|n, vocab]`).
+    pub fn forward(&self, batch: &mut [SeqInput<'_>], clock: &mut StageClock) -> Result<Vec<Mat>> {
+        let c = &self.cfg;
+        let (d, hc) = (c.hidden_size, c.hc_mult);
+        let mut tokens: Vec<u32> = Vec::new();
+        let mut ranges = Vec::with_capacity(batch.len());
+        for item in batch.iter() {
+            if item.state.layers.len() != c.num_layers {
+                return Err(EngineError::Cache(
+                    "sequence state does not belong to this model".into(),
+                ));
+            }
+            if let Some(bad) = item.tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(EngineError::InvalidInput(format!(
+                    "token id {bad} is outside the vocabulary (size {})",
+                    c.vocab_size
+                )));
+            }
+            let start = tokens.len();
+            tokens.extend_from_slice(item.tokens);
+            ranges.push(start..tokens.len());
+        }
+        let t = tokens.len();
+
+        // Embedding, copied into every hyper-connection stream.
+        let mut x = Mat::zeros(t, hc * d);
+        x.data
+            .par_chunks_mut(hc * d)
+            .zip(&tokens)
+            .for_each(|(row, &tok)| {
+                let e = self.weights.embed.row(tok as usize);
+                for s in row.chunks_exact_mut(d) {
+                    s.copy_from_slice(&e);
+                }
+            });
+
+        for (l, lw) in self.weights.layers.iter().enumerate() {
+            let table = if c.layer_kinds[l].uses_compress_rope() {
+                &self.rope_compress
+            } else {
+                &self.rope_main
+            };
+            let (mix, mut u) = clock.time(Stage::Mhc, || lw.hc_attn.pre(&x));
+            clock.time(Stage::AttnProj, || {
+                rms_norm_rows(&mut u.data, &lw.attn_norm, c.rms_norm_eps)
+            });
+            let mut spans: Vec<SeqSpan<'_>> = batch
+                .iter_mut()
+                .zip(&ranges)
+                .map(|(item, r)| SeqSpan {
+                    rows: r.clone(),
+                    start: item.state.pos,
+                    cache: &mut item.state.layers[l],
+                })
+                .collect();
+            let a = attention::forward(&lw.attn, c, table, &u, &mut spans, clock);
+            clock.time(Stage::Mhc, || lw.hc_attn.post(&mix, &mut x, &a));
+
+            let (mix, mut v) = clock.time(Stage::Mhc, || lw.hc_ffn.pre(&x));
+            let m = clock.time(Stage::Moe, || {
+                rms_norm_rows(&mut v.data, &lw.ffn_norm, c.rms_norm_eps);
+                lw.moe.forward(&v, &tokens)
+            })?;
+            clock.time(Stage::Mhc, || lw.hc_ffn.post(&mix, &mut x, &m));
+        }
+
+        for (item, r) in batch.iter_mut().zip(&ranges) {
+            item.state.pos += r.len();
+        }
+
+        clock.time(Stage::Head, || {
+            let mut out = Vec::with_capacity(batch.len());
+            for (item, r) in batch.iter().zip(&ranges) {
+                let rows: Vec<usize> = match item.logits {
+                    LogitRows::None => vec![],
+                    LogitRows::Last => r.clone().last().into_iter().collect(),
+                    LogitRows::All => r.clone().collect(),
+                };
+                if rows.is_empty() {
+                    out.push(Mat::zeros(0, c.vocab_size));
+                    continue;
+                }
+                let mut y = self.weights.hc_head.collapse(&x.gather_rows(&rows));
+                rms_norm_rows(&mut y.data, &self.weights.norm, c.rms_norm_eps);
+                out.push(self.weights.head.forward(&y));
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! Properties every correct engine has, checked on random configurations: causality and path
+//! consistency (one pass = incremental decode = any chunking), and batching independence.
+
+use super::synthetic::TinySpec;
+use super::*;
+use crate::config::MlpKind;
+use crate::rng::Rng;
+
+fn build(spec: &TinySpec, seed: u64) -> DeepseekV4 {
+    let dir = tempfile::tempdir().unwrap();
+    spec.write(dir.path(), seed).unwrap();
+    DeepseekV4::load(dir.path()).unwrap()
+}
+
+/// Feeds `tokens` in chunks of the given sizes; returns the logits of every position.
+fn run_chunks(m: &DeepseekV4, tokens: &[u32], chunks: &[usize]) -> Mat {
+    let mut st = m.new_state();
+    let mut rows = Vec::new();
+    let mut at = 0;
+    for &n in chunks {
+        let mut clock = StageClock::default();
+        let mut batch = [SeqInput {
+            tokens: &tokens[at..at + n],
+            state: &mut st,
+            logits: LogitRows::All,
+        }];
+        rows.push(m.forward(&mut batch, &mut clock).unwrap().remove(0));
+        at += n;
+    }
+    assert_eq!(at, tokens.len());
+    Mat::vstack(&rows)
+}
+
+fn max_rel_diff(a: &Mat, b: &Mat) -> f32 {
+    assert_eq!((a.rows, a.cols), (b.rows, b.cols));
+    let scale = a.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = a
+        .data
+        .iter()
+        .zip(&b.data)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+fn random_tokens(rng: &mut Rng, vocab: usize, n: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(vocab) as u32).collect()
+}
+
+fn specs() -> Vec<TinySpec> {
+    let base = TinySpec::default();
+    vec![
+        base.clone(),
+        TinySpec {
+            layers: vec![
+                AttnKind::Csa { ratio: 4 },
+                AttnKind::Hca { ratio: 4 },
+                AttnKind::Csa { ratio: 4 },
+            ],
+            window: 5,
+            index_topk: 2,
+            scoring: "sigmoid",
+            yarn: false,
+            ..base.clone()
+        },
+        TinySpec {
+            layers: vec![AttnKind::Hca { ratio: 16 }, AttnKind::Sliding],
+            mlp: vec![MlpKind::Moe, MlpKind::HashMoe],
+            window: 12,
+            scoring: "softmax",
+            hc_mult: 2,
+            o_groups: 4,
+            ..base
+        },
+    ]
+}
+
+#[test]
+fn one_pass_incremental_and_chunked_agree() {
+    let mut rng = Rng::new(11);
+    for (i, spec) in specs().iter().enumerate() {
+        let m = build(spec, 100 + i as u64);
+        let n = 45 + rng.below(20);
+        let tokens = random_tokens(&mut rng, spec.vocab, n);
+        let full = run_chunks(&m, &tokens, &[n]);
+        let prefix = 1 + rng.below(n / 2);
+        let mut inc = vec![prefix];
+        inc.extend(std::iter::repeat_n(1, n - prefix));
+        let incremental = run_chunks(&m, &tokens, &inc);
+        let mut chunks = Vec::new();
+        let mut left = n;
+        while left > 0 {
+            let c = (1 + rng.below(13)).min(left);
+            chunks.push(c);
+            left -= c;
+        }
+        let chunked = run_chunks(&m, &tokens, &chunks);
+        let (a, b) = (
+            max_rel_diff(&full, &incremental),
+            max_rel_diff(&full, &chunked),
+        );
+        assert!(
+            a <= 1e-5 && b <= 1e-5,
+            "spec {i}: incremental {a}, chunked {b} ({chunks:?})"
+        );
+    }
+}
+
+#[test]
+fn positions_do_not_see_the_future() {
+    let mut rng = Rng::new(5);
+    for (i, spec) in specs().iter().enumerate() {
+        let m = build(spec, 200 + i as u64);
+        let n = 50;
+        let a = random_tokens(&mut rng, spec.vocab, n);
+        let cut = 17 + rng.below(20);
+        let mut b = a.clone();
+        for t in b.iter_mut().skip(cut) {
+            *t = rng.below(spec.vocab) as u32;
+        }
+        let (la, lb) = (run_chunks(&m, &a, &[n]), run_chunks(&m, &b, &[n]));
+        let head = |x: &Mat| x.slice_rows(0, cut);
+        assert_eq!(
+            head(&la),
+            head(&lb),
+            "spec {i}: a change at {cut} leaked backwards"
+        );
+        assert_ne!(la.slice_rows(cut, n), lb.slice_rows(cut, n));
+    }
+}
+
+#[test]
+fn a_batch_of_different_lengths_equals_each_alone() {
+    let spec = &specs()[0];
+    let m = build(spec, 300);
+    let mut rng = Rng::new(3);
+    let prompts: Vec<Vec<u32>> = [7, 31, 19]
+        .iter()
+        .map(|&n| random_tokens(&mut rng, spec.vocab, n))
+        .collect();
+    let mut states: Vec<SeqState> = prompts.iter().map(|_| m.new_state()).collect();
+    let mut batch: Vec<SeqInput<'_>> = prompts
+        .iter()
+        .zip(states.iter_mut())
+        .map(|(p, s)| SeqInput {
+            tokens: p,
+            state: s,
+            logits: LogitRows::All,
+        })
+        .collect();
+    let together = m.forward(&mut batch, &mut StageClock::default()).unwrap();
+    for (p, got) in prompts.iter().zip(&together) {
+        let alone = run_chunks(&m, p, &[p.len()]);
+        assert!(max_rel_diff(&alone, got) <= 1e-6);
+    }
+    // Then decode one token for each, mixed with a fresh prompt.
+    let fresh = random_tokens(&mut rng, spec.vocab, 9);
+    let mut fresh_state = m.new_state();
+    let next: Vec<u32> = (0..3).map(|i| i as u32 + 2).collect();
+    let mut batch: Vec<SeqInput<'_>> = states
+        .iter_mut()
+        .zip(&next)
+        .map(|(s, t)| SeqInput {
+            tokens: std::slice::from_ref(t),
+            state: s,
+            logits: LogitRows::Last,
+        })
+        .collect();
+    batch.push(SeqInput {
+        tokens: &fresh,
+        state: &mut fresh_state,
+        logits: LogitRows::Last,
+    });
+    let step = m.forward(&mut batch, &mut StageClock::default()).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        let mut seq = p.clone();
+        seq.push(next[i]);
+        let alone = run_chunks(&m, &seq, &[seq.len()]);
+        assert!(max_rel_diff(&alone.slice_rows(seq.len() - 1, seq.len()), &step[i]) <= 1e-6);
+    }
+    let alone = run_chunks(&m, &fresh, &[fresh.len()]);
+    assert!(max_rel_diff(&alone.slice_rows(8, 9), &step[3]) <= 1e-6);
+}
+
+#[test]
+fn out_of_vocabulary_tokens_are_refused() {
+    let spec = TinySpec::default();
+    let m = build(&spec, 1);
+    let mut st = m.new_state();
+    let bad = [spec.vocab as u32];
+    let mut batch = [SeqInput {
+        tokens: &bad,
+        state: &mut st,
+        logits: LogitRows::Last,
+    }];
+    let err = m
+        .forward(&mut batch, &mut StageClock::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+}

@@ -1,0 +1,61 @@
+//! Mixture of experts (model-spec §3.3 "MoE"; transformers `DeepseekV4SparseMoeBlock`): a router
+//! picks `k` routed experts per token (hash table or top-k of score + bias) with normalized,
+//! scaled weights; each expert is a clamped SwiGLU; a shared expert is always added.
+
+mod experts;
+mod router;
+
+pub use experts::Expert;
+pub use router::{Router, Routing, Selection};
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::tensor::{Mat, axpy};
+
+/// One MoE layer.
+#[derive(Debug, Clone)]
+pub struct MoeBlock {
+    pub router: Router,
+    pub experts: Vec<Expert>,
+    pub shared: Option<Expert>,
+}
+
+impl MoeBlock {
+    /// `x [T, D]` with the token ids of its rows (hash routing needs them) → `[T, D]`.
+    pub fn forward(&self, x: &Mat, tokens: &[u32]) -> Result<Mat> {
+        let routing = self.router.route(x, tokens)?;
+        let k = self.router.top_k;
+        // Tokens per expert, in token order, with their routing weight.
+        let mut assigned: Vec<Vec<(usize, f32)>> = vec![Vec::new(); self.experts.len()];
+        for t in 0..x.rows {
+            for j in 0..k {
+                let e = routing.experts[t * k + j] as usize;
+                assigned[e].push((t, routing.weights[t * k + j]));
+            }
+        }
+        let partial: Vec<(usize, Mat)> = assigned
+            .par_iter()
+            .enumerate()
+            .filter(|(_, a)| !a.is_empty())
+            .map(|(e, a)| {
+                let rows: Vec<usize> = a.iter().map(|(t, _)| *t).collect();
+                (e, self.experts[e].forward(&x.gather_rows(&rows)))
+            })
+            .collect();
+        let mut out = Mat::zeros(x.rows, x.cols);
+        // Ascending expert order, like transformers' index_add over hit experts.
+        for (e, y) in partial {
+            for (i, (t, w)) in assigned[e].iter().enumerate() {
+                axpy(out.row_mut(*t), *w, y.row(i));
+            }
+        }
+        if let Some(shared) = &self.shared {
+            let s = shared.forward(x);
+            for (o, v) in out.data.iter_mut().zip(&s.data) {
+                *o += v;
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,1 @@
+//! CUDA kernel sources embedded as text and a typed registry of their entry points.
