@@ -11,5 +11,14 @@ pub mod ops;
 pub mod profile;
 pub mod rng;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use error::{EngineError, Result};
+
+/// Sets the size of the CPU backend's worker pool (call once, before any forward pass).
+pub fn set_cpu_threads(n: usize) -> Result<()> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n.max(1))
+        .build_global()
+        .map_err(|e| EngineError::InvalidInput(format!("cannot size the CPU pool: {e}")))
+}

@@ -185,3 +185,32 @@ impl DeepseekV4 {
 
 #[cfg(test)]
 mod tests;
+
+impl DeepseekV4 {
+    /// Greedy decoding without sampling: prefill `prompt`, then append the argmax token until
+    /// `max_tokens` tokens were produced or an EOS id appears (the EOS is included).
+    pub fn generate_greedy(&self, prompt: &[u32], max_tokens: usize) -> Result<Vec<u32>> {
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidInput("the prompt is empty".into()));
+        }
+        let mut state = self.new_state();
+        let mut clock = StageClock::default();
+        let mut out = Vec::with_capacity(max_tokens);
+        let mut next: Vec<u32> = prompt.to_vec();
+        while out.len() < max_tokens {
+            let mut batch = [SeqInput {
+                tokens: &next,
+                state: &mut state,
+                logits: LogitRows::Last,
+            }];
+            let logits = self.forward(&mut batch, &mut clock)?;
+            let tok = crate::ops::sampling::argmax(logits[0].row(0));
+            out.push(tok);
+            if self.cfg.eos_token_ids.contains(&tok) {
+                break;
+            }
+            next = vec![tok];
+        }
+        Ok(out)
+    }
+}

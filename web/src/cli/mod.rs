@@ -1,0 +1,61 @@
+//! Command-line interface: argument definitions and dispatch. Each command lives in its own file
+//! and talks to the engine only.
+
+mod generate;
+mod logits;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// amdahl — an inference server for DeepSeek-V4-class sparse-attention MoE models that tells you
+/// where every decode millisecond goes.
+#[derive(Debug, Parser)]
+#[command(name = "amdahl", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// CPU worker threads for the CPU backend (default: all cores).
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compute logits for token ids from a safetensors file (`input_ids` I64 [B,S]) and write
+    /// them (`logits` F32 [B,S,V]).
+    Logits(logits::Args),
+    /// Greedy generation from a prompt (token ids or text).
+    Generate(generate::Args),
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Logits(a) => logits::run(a),
+        Command::Generate(a) => generate::run(a),
+    }
+}
+
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The model folder to use: the given one, or the embedded default.
+pub fn model_dir(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    model.ok_or_else(|| {
+        anyhow::anyhow!("--model DIR is required (no default model is embedded yet)")
+    })
+}
