@@ -65,8 +65,8 @@ fn map_file(path: &Path) -> Result<Mmap> {
 }
 
 impl Checkpoint {
-    /// Opens the checkpoint in `dir`: the shards named by `model.safetensors.index.json`, or
-    /// else every `*.safetensors` file in the folder.
+    /// Opens the checkpoint in `dir`: the shards named by `model.safetensors.index.json`, else
+    /// `model.safetensors`, else every `*.safetensors` file in the folder.
     pub fn open(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
         let mut files: Vec<PathBuf> = if index.exists() {
@@ -90,6 +90,8 @@ impl Checkpoint {
             shards.sort();
             shards.dedup();
             shards
+        } else if dir.join("model.safetensors").is_file() {
+            vec![dir.join("model.safetensors")]
         } else {
             let rd = std::fs::read_dir(dir).map_err(|e| EngineError::io(dir, e))?;
             rd.filter_map(|e| e.ok().map(|e| e.path()))
@@ -103,6 +105,16 @@ impl Checkpoint {
                 message: "no *.safetensors files found".into(),
             });
         }
+        Self::from_files(dir, files)
+    }
+
+    /// Opens one safetensors file (outputs, goldens) with the same name normalization.
+    pub fn open_file(path: &Path) -> Result<Self> {
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Self::from_files(&dir, vec![path.to_path_buf()])
+    }
+
+    fn from_files(dir: &Path, files: Vec<PathBuf>) -> Result<Self> {
         let mut ck = Checkpoint {
             dir: dir.to_path_buf(),
             files: Vec::with_capacity(files.len()),

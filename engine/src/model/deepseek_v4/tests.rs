@@ -197,3 +197,39 @@ fn out_of_vocabulary_tokens_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("outside the vocabulary"), "{err}");
 }
+
+/// From first principles: when the indexer may keep at least every visible entry, a CSA layer
+/// attends to all compressed entries visible to the query — the same as running that layer with
+/// the selection bypassed (every entry w < (t+1) div m).
+#[test]
+fn csa_with_topk_at_least_visible_attends_to_all_visible_entries() {
+    let spec = TinySpec {
+        layers: vec![AttnKind::Csa { ratio: 4 }, AttnKind::Csa { ratio: 4 }],
+        mlp: vec![MlpKind::Moe, MlpKind::Moe],
+        index_topk: 1000,
+        window: 6,
+        ..TinySpec::default()
+    };
+    let mut rng = Rng::new(9);
+    let tokens = random_tokens(&mut rng, spec.vocab, 60);
+    let selected = build(&spec, 77);
+    let mut bypassed = build(&spec, 77);
+    for l in &mut bypassed.weights.layers {
+        l.attn.kind = AttnKind::Hca { ratio: 4 };
+    }
+    let a = run_chunks(&selected, &tokens, &[60]);
+    let b = run_chunks(&bypassed, &tokens, &[60]);
+    assert!(max_rel_diff(&a, &b) <= 1e-5);
+    // And with a small top-k the selection really prunes: the logits move once more than k
+    // entries are visible, and not before.
+    let mut pruned = build(&spec, 77);
+    for l in &mut pruned.weights.layers {
+        if let Some(ix) = l.attn.indexer.as_mut() {
+            ix.topk = 2;
+        }
+    }
+    let c = run_chunks(&pruned, &tokens, &[60]);
+    // 2 entries are visible up to position 11 ((11+1) div 4 = 3 > 2 first at t = 11).
+    assert!(max_rel_diff(&a.slice_rows(0, 11), &c.slice_rows(0, 11)) <= 1e-5);
+    assert!(max_rel_diff(&a.slice_rows(11, 60), &c.slice_rows(11, 60)) > 1e-4);
+}
