@@ -123,6 +123,18 @@ impl Linear {
         }
     }
 
+    /// Analytic work of `forward` over `tokens` rows: weight bytes (as stored) plus f32
+    /// activations in and out, and 2·out·in·tokens FLOPs.
+    pub fn work(&self, tokens: usize) -> (u64, u64) {
+        let (n, k, t) = (
+            self.out_features as u64,
+            self.in_features as u64,
+            tokens as u64,
+        );
+        let bytes = self.data.bytes() as u64 + 4 * t * (n + k);
+        (bytes, 2 * n * k * t)
+    }
+
     /// Row `r` of W as f32 (embedding lookups).
     pub fn row(&self, r: usize) -> Vec<f32> {
         let mut buf = Vec::with_capacity(self.in_features);

@@ -113,6 +113,18 @@ impl HyperConnection {
         }
     }
 
+    /// Analytic work of one site (pre + post) over `tokens` rows: the f32 mixing weights, the
+    /// streams read twice and written once, the sub-layer output read; mixing FLOPs.
+    pub fn work(&self, tokens: usize) -> (u64, u64) {
+        let t = tokens as u64;
+        let width = (self.fn_w.len() / self.base.len().max(1)) as u64;
+        let mix = self.base.len() as u64;
+        let d = width / self.hc as u64;
+        let bytes = 4 * (self.fn_w.len() as u64 + t * (3 * width + d));
+        let flops = t * (2 * mix * width + 2 * width * self.hc as u64 + 2 * width);
+        (bytes, flops)
+    }
+
     /// `X'_k = post_k · y + Σ_j comb[j][k] · X_j`, in place on the streams `x` (`[T, hc·D]`).
     pub fn post(&self, mix: &HcMix, x: &mut Mat, y: &Mat) {
         let hc = self.hc;

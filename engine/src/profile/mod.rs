@@ -2,6 +2,9 @@
 //! (ARCHITECTURE.md "Profiling stages"). On the CPU a stage's time is wall clock around the code
 //! that implements it; the GPU records device events at the same boundaries.
 
+pub mod peaks;
+pub mod report;
+
 use std::time::{Duration, Instant};
 
 /// A decode/prefill stage.
@@ -47,10 +50,14 @@ impl Stage {
     }
 }
 
-/// Accumulated wall time per stage for one step.
+/// Accumulated wall time, bytes moved and FLOPs per stage for one step. The forward pass charges
+/// bytes and FLOPs analytically as it goes (weights it actually touched, cache rows it read,
+/// activations in and out), so achieved bandwidth and arithmetic rate come out per stage.
 #[derive(Debug, Clone, Default)]
 pub struct StageClock {
     totals: [Duration; 8],
+    bytes: [u64; 8],
+    flops: [u64; 8],
 }
 
 impl StageClock {
@@ -72,5 +79,28 @@ impl StageClock {
 
     pub fn total(&self) -> Duration {
         self.totals.iter().sum()
+    }
+
+    /// Adds analytic work to a stage.
+    pub fn charge(&mut self, stage: Stage, bytes: u64, flops: u64) {
+        self.bytes[stage.index()] += bytes;
+        self.flops[stage.index()] += flops;
+    }
+
+    pub fn bytes(&self, stage: Stage) -> u64 {
+        self.bytes[stage.index()]
+    }
+
+    pub fn flops(&self, stage: Stage) -> u64 {
+        self.flops[stage.index()]
+    }
+
+    /// Adds another clock's totals (e.g. a worker's step into a rolling window).
+    pub fn merge(&mut self, other: &StageClock) {
+        for i in 0..8 {
+            self.totals[i] += other.totals[i];
+            self.bytes[i] += other.bytes[i];
+            self.flops[i] += other.flops[i];
+        }
     }
 }

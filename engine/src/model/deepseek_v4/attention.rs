@@ -95,6 +95,28 @@ pub(crate) fn forward(
         })
     });
 
+    let t = u.rows;
+    let add = |a: (u64, u64), b: (u64, u64)| (a.0 + b.0, a.1 + b.1);
+    let mut proj = add(
+        add(w.wq_a.work(t), w.wq_b.work(t)),
+        add(w.wkv.work(t), w.wo_b.work(t)),
+    );
+    for g in &w.wo_a {
+        proj = add(proj, g.work(t));
+    }
+    if let Some(c) = &w.compressor {
+        proj = add(proj, add(c.wkv.work(t), c.wgate.work(t)));
+    }
+    clock.charge(Stage::AttnProj, proj.0, proj.1);
+    if let Some(ix) = &w.indexer {
+        let c = &ix.compressor;
+        let iw = add(
+            add(ix.wq_b.work(t), ix.weights_proj.work(t)),
+            add(c.wkv.work(t), c.wgate.work(t)),
+        );
+        clock.charge(Stage::Indexer, iw.0, iw.1);
+    }
+
     let mut out = Mat::zeros(u.rows, h * hd);
     for span in spans.iter_mut() {
         let (start, rows) = (span.start, span.rows.clone());
@@ -110,6 +132,7 @@ pub(crate) fn forward(
             });
         }
         let mut selected: Vec<Vec<usize>> = Vec::new();
+        let mut key_work = (0u64, 0u64);
         if let (Some(ix), Some((ikv, igate, iq, iw)), Some(st)) =
             (&w.indexer, &idx, cache.indexer.as_mut())
         {
@@ -119,6 +142,11 @@ pub(crate) fn forward(
                         .push(st, ikv.row(r), igate.row(r), start + i, table);
                 }
                 let ratio = ix.compressor.ratio;
+                let keys_read: u64 = (0..rows.len())
+                    .map(|i| ((start + i + 1) / ratio) as u64)
+                    .sum();
+                let dim = ix.dim as u64;
+                key_work = (keys_read * dim * 4, keys_read * dim * 2 * ix.heads as u64);
                 selected = rows
                     .clone()
                     .into_par_iter()
@@ -178,6 +206,7 @@ fn span_view(kv: &Mat, rows: Range<usize>) -> &[f32] {
 }
 
 /// Sparse attention of one sequence's rows; writes `out` rows and updates the window ring.
+/// Returns the number of candidate rows summed over the queries.
 #[allow(clippy::too_many_arguments)]
 fn core(
     w: &AttentionWeights,
@@ -190,7 +219,7 @@ fn core(
     rows: Range<usize>,
     angles: &[RopeAngles],
     out: &mut Mat,
-) {
+) -> u64 {
     let (h, hd, win) = (cfg.num_heads, cfg.head_dim, cfg.sliding_window);
     let scale = (hd as f32).powf(-0.5);
     let n = rows.len();
@@ -206,10 +235,10 @@ fn core(
         }
     };
     let out_rows = &mut out.data[rows.start * h * hd..rows.end * h * hd];
-    out_rows
+    let rows_read: u64 = out_rows
         .par_chunks_mut(h * hd)
         .enumerate()
-        .for_each(|(i, o)| {
+        .map(|(i, o)| {
             let p = start + i;
             let mut cand: Vec<&[f32]> = (p + 1 - win.min(p + 1)..=p).map(row_of).collect();
             match w.kind {
@@ -229,7 +258,9 @@ fn core(
                 attend(&qrow[hh * hd..(hh + 1) * hd], &cand, w.sinks[hh], scale, oh);
                 rope::apply(oh, a, true);
             }
-        });
+            cand.len() as u64
+        })
+        .sum();
     // Keep the last `win` raw rows for later steps.
     let end = start + n;
     let cache_ring = &mut cache.ring;
@@ -238,4 +269,5 @@ fn core(
         cache_ring[s * hd..(s + 1) * hd]
             .copy_from_slice(&new_kv[(p - start) * hd..(p - start + 1) * hd]);
     }
+    rows_read
 }

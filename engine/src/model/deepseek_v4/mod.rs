@@ -135,6 +135,8 @@ impl DeepseekV4 {
                 &self.rope_main
             };
             let (mix, mut u) = clock.time(Stage::Mhc, || lw.hc_attn.pre(&x));
+            let (hb, hf) = lw.hc_attn.work(t);
+            clock.charge(Stage::Mhc, 2 * hb, 2 * hf);
             clock.time(Stage::AttnProj, || {
                 rms_norm_rows(&mut u.data, &lw.attn_norm, c.rms_norm_eps)
             });
@@ -151,10 +153,10 @@ impl DeepseekV4 {
             clock.time(Stage::Mhc, || lw.hc_attn.post(&mix, &mut x, &a));
 
             let (mix, mut v) = clock.time(Stage::Mhc, || lw.hc_ffn.pre(&x));
-            let m = clock.time(Stage::Moe, || {
-                rms_norm_rows(&mut v.data, &lw.ffn_norm, c.rms_norm_eps);
-                lw.moe.forward(&v, &tokens)
-            })?;
+            let t0 = std::time::Instant::now();
+            rms_norm_rows(&mut v.data, &lw.ffn_norm, c.rms_norm_eps);
+            let m = lw.moe.forward(&v, &tokens, clock)?;
+            clock.add(Stage::Moe, t0.elapsed());
             clock.time(Stage::Mhc, || lw.hc_ffn.post(&mix, &mut x, &m));
         }
 
@@ -162,7 +164,8 @@ impl DeepseekV4 {
             item.state.pos += r.len();
         }
 
-        clock.time(Stage::Head, || {
+        let mut head_work = (0u64, 0u64);
+        let logits = clock.time(Stage::Head, || {
             let mut out = Vec::with_capacity(batch.len());
             for (item, r) in batch.iter().zip(&ranges) {
                 let rows: Vec<usize> = match item.logits {
@@ -177,9 +180,13 @@ impl DeepseekV4 {
                 let mut y = self.weights.hc_head.collapse(&x.gather_rows(&rows));
                 rms_norm_rows(&mut y.data, &self.weights.norm, c.rms_norm_eps);
                 out.push(self.weights.head.forward(&y));
+                let (b, f) = self.weights.head.work(rows.len());
+                head_work = (head_work.0 + b, head_work.1 + f);
             }
-            Ok(out)
-        })
+            out
+        });
+        clock.charge(Stage::Head, head_work.0, head_work.1);
+        Ok(logits)
     }
 }
 

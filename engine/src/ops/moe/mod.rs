@@ -11,6 +11,7 @@ pub use router::{Router, Routing, Selection};
 use rayon::prelude::*;
 
 use crate::error::Result;
+use crate::profile::{Stage, StageClock};
 use crate::tensor::{Mat, axpy};
 
 /// One MoE layer.
@@ -22,8 +23,10 @@ pub struct MoeBlock {
 }
 
 impl MoeBlock {
-    /// `x [T, D]` with the token ids of its rows (hash routing needs them) → `[T, D]`.
-    pub fn forward(&self, x: &Mat, tokens: &[u32]) -> Result<Mat> {
+    /// `x [T, D]` with the token ids of its rows (hash routing needs them) → `[T, D]`, charging
+    /// the work to the `moe` stage: router, every distinct expert hit once, the shared expert.
+    pub fn forward(&self, x: &Mat, tokens: &[u32], clock: &mut StageClock) -> Result<Mat> {
+        let mut work = self.router.weight.work(x.rows);
         let routing = self.router.route(x, tokens)?;
         let k = self.router.top_k;
         // Tokens per expert, in token order, with their routing weight.
@@ -32,6 +35,13 @@ impl MoeBlock {
             for j in 0..k {
                 let e = routing.experts[t * k + j] as usize;
                 assigned[e].push((t, routing.weights[t * k + j]));
+            }
+        }
+        for (e, a) in assigned.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
+            let ex = &self.experts[e];
+            for lin in [&ex.w1, &ex.w3, &ex.w2] {
+                let (b, f) = lin.work(a.len());
+                work = (work.0 + b, work.1 + f);
             }
         }
         let partial: Vec<(usize, Mat)> = assigned
@@ -51,11 +61,16 @@ impl MoeBlock {
             }
         }
         if let Some(shared) = &self.shared {
+            for lin in [&shared.w1, &shared.w3, &shared.w2] {
+                let (b, f) = lin.work(x.rows);
+                work = (work.0 + b, work.1 + f);
+            }
             let s = shared.forward(x);
             for (o, v) in out.data.iter_mut().zip(&s.data) {
                 *o += v;
             }
         }
+        clock.charge(Stage::Moe, work.0, work.1);
         Ok(out)
     }
 }
