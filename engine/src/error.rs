@@ -53,6 +53,10 @@ pub enum EngineError {
     CudaNotCompiled,
     #[error("engine shut down")]
     Shutdown,
+    #[error("the request queue is full ({queued} waiting); retry in {retry_after_ms} ms")]
+    Overloaded { queued: usize, retry_after_ms: u64 },
+    #[error("the server is shutting down and admits no new requests")]
+    Draining,
 }
 
 impl EngineError {

@@ -2,15 +2,22 @@
 //! quantized formats, per-sequence caches, scheduling and device actors. No HTTP here: the `web`
 //! crate talks to the engine through [`api`].
 
+pub mod actors;
+pub mod api;
+pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
+pub mod detok;
 pub mod error;
 pub mod kv_cache;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod profile;
 pub mod rng;
+pub mod scheduler;
 pub mod tensor;
+pub mod testkit;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};

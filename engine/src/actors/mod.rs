@@ -1,0 +1,60 @@
+//! The engine's actors (ARCHITECTURE.md "A request, end to end"): the coordinator owns admission,
+//! the scheduler and every request's bookkeeping; one device worker per device owns the model and
+//! the per-sequence caches on its own thread; the telemetry actor turns step and request reports
+//! into Prometheus metrics. They talk only in messages.
+
+pub mod coordinator;
+pub mod telemetry;
+pub mod worker;
+
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Arbiter};
+
+use crate::api::{DeviceSpec, EngineConfig, ModelInfo};
+use crate::error::{EngineError, Result};
+use crate::metrics::Metrics;
+use crate::model::deepseek_v4::DeepseekV4;
+use coordinator::Coordinator;
+use telemetry::Telemetry;
+use worker::{CpuBackend, DeviceWorker};
+
+/// Loads the model and starts the three actors. Must run inside an actix `System`.
+pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, Arc<Metrics>)> {
+    let model = match cfg.device {
+        DeviceSpec::Cpu => DeepseekV4::load(&cfg.model_dir)?,
+        DeviceSpec::Cuda(_) => return Err(EngineError::CudaNotCompiled),
+    };
+    let c = &model.cfg;
+    let max_model_len = cfg
+        .max_model_len
+        .unwrap_or(c.max_position_embeddings)
+        .min(c.max_position_embeddings)
+        .max(2);
+    let name = cfg.model_name.clone().unwrap_or_else(|| {
+        cfg.model_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    let info = ModelInfo {
+        name,
+        max_model_len,
+        vocab_size: c.vocab_size,
+        eos_token_ids: c.eos_token_ids.clone(),
+        device: "cpu".into(),
+    };
+    let metrics = Arc::new(Metrics::new(max_model_len as u64)?);
+    metrics
+        .build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), &info.name, &info.device])
+        .set(1);
+    let telemetry = Telemetry::new(metrics.clone(), info.name.clone(), info.device.clone()).start();
+    let arbiter = Arbiter::new();
+    let backend = CpuBackend::new(model);
+    let worker = DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| {
+        DeviceWorker::new(Box::new(backend))
+    });
+    let coord = Coordinator::new(cfg.scheduler, info.clone(), worker, arbiter, telemetry).start();
+    Ok((coord, info, metrics))
+}
