@@ -58,3 +58,6 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, 
     let coord = Coordinator::new(cfg.scheduler, info.clone(), worker, arbiter, telemetry).start();
     Ok((coord, info, metrics))
 }
+
+#[cfg(test)]
+mod tests;
