@@ -1,7 +1,6 @@
 //! The `amdahl` binary: a thin CLI over the engine (one file per command under `cli/`).
 
-mod cli;
-
+use amdahl::cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {

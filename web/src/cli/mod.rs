@@ -1,8 +1,10 @@
 //! Command-line interface: argument definitions and dispatch. Each command lives in its own file
 //! and talks to the engine only.
 
+mod bench;
 mod generate;
 mod logits;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -30,12 +32,18 @@ pub enum Command {
     Logits(logits::Args),
     /// Greedy generation from a prompt (token ids or text).
     Generate(generate::Args),
+    /// Serve the model over OpenAI-compatible HTTP/SSE and WebSocket (`amdahl.v1`).
+    Serve(serve::Args),
+    /// Drive a running server and print the "Serving Benchmark Result" table.
+    Bench(bench::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Logits(a) => logits::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }
 
@@ -55,7 +63,8 @@ pub fn init_logging(verbose: u8) {
 
 /// The model folder to use: the given one, or the embedded default.
 pub fn model_dir(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    model.ok_or_else(|| {
-        anyhow::anyhow!("--model DIR is required (no default model is embedded yet)")
-    })
+    match model {
+        Some(m) => Ok(m),
+        None => crate::default_model::dir(),
+    }
 }
