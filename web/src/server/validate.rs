@@ -45,19 +45,28 @@ pub fn parse_json<T: DeserializeOwned>(req: &HttpRequest, body: &[u8]) -> Result
     parse_json_bytes(body)
 }
 
-/// Parses JSON text; errors name the field that failed.
+/// Parses JSON text; errors name the field that failed. The request types flatten their
+/// sampling fields (which hides the failing path from serde), so those are checked on their own
+/// first.
 pub fn parse_json_bytes<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body)
+        && v.is_object()
+    {
+        serde_path_to_error::deserialize::<_, SamplingFields>(&v).map_err(path_error)?;
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let param = (path != "." && !path.is_empty()).then_some(path);
-        let message = match &param {
-            Some(p) => format!("invalid field `{p}`: {inner}"),
-            None => format!("invalid JSON body: {inner}"),
-        };
-        ApiError::Invalid { message, param }
-    })
+    serde_path_to_error::deserialize(de).map_err(path_error)
+}
+
+fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let param = (path != "." && !path.is_empty()).then_some(path);
+    let message = match &param {
+        Some(p) => format!("invalid field `{p}`: {inner}"),
+        None => format!("invalid JSON body: {inner}"),
+    };
+    ApiError::Invalid { message, param }
 }
 
 /// 404 unless `model` is absent or the served model's name.
