@@ -12,9 +12,9 @@ use actix::Addr;
 use tokio::sync::mpsc;
 
 use crate::actors::coordinator::{Coordinator, Drain, GetStats, Submit};
-use crate::error::{EngineError, Result};
 pub use crate::chat_template::ChatTemplate;
 pub use crate::detok::{StopMatch, TextStream};
+use crate::error::{EngineError, Result};
 pub use crate::metrics::Metrics;
 pub use crate::scheduler::{SchedulerConfig, SeqId};
 pub use crate::tokenizer::Tokenizer;
@@ -175,7 +175,9 @@ impl std::str::FromStr for DeviceSpec {
             return Ok(DeviceSpec::Cpu);
         }
         if let Some(n) = s.strip_prefix("cuda") {
-            let n = n.strip_prefix(':').unwrap_or(if n.is_empty() { "0" } else { n });
+            let n = n
+                .strip_prefix(':')
+                .unwrap_or(if n.is_empty() { "0" } else { n });
             return n.parse().map(DeviceSpec::Cuda).map_err(|_| {
                 EngineError::InvalidInput(format!("device `{s}`: expected cpu or cuda:N"))
             });
@@ -254,6 +256,9 @@ impl EngineHandle {
 
     /// Stops admitting; running and queued requests continue.
     pub async fn drain(&self) -> Result<()> {
-        self.coord.send(Drain).await.map_err(|_| EngineError::Shutdown)
+        self.coord
+            .send(Drain)
+            .await
+            .map_err(|_| EngineError::Shutdown)
     }
 }

@@ -91,7 +91,11 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation to the prompt text.
-    pub fn render(&self, messages: &[TemplateMessage], add_generation_prompt: bool) -> Result<String> {
+    pub fn render(
+        &self,
+        messages: &[TemplateMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let t = self
             .env
             .get_template("chat")
@@ -137,8 +141,10 @@ mod tests {
         )
         .unwrap();
         assert!(bad.render(&msgs, true).is_err());
-        assert!(ChatTemplate::from_model_dir(tempfile::tempdir().unwrap().path())
-            .unwrap()
-            .is_none());
+        assert!(
+            ChatTemplate::from_model_dir(tempfile::tempdir().unwrap().path())
+                .unwrap()
+                .is_none()
+        );
     }
 }

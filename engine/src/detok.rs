@@ -69,9 +69,10 @@ impl TextStream {
             return Ok(TextDelta::default());
         }
         self.ids.push(id);
-        let before = self
-            .tok
-            .decode(&self.ids[self.prefix_offset..self.read_offset], self.skip_special)?;
+        let before = self.tok.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special,
+        )?;
         let after = self
             .tok
             .decode(&self.ids[self.prefix_offset..], self.skip_special)?;
@@ -92,9 +93,10 @@ impl TextStream {
         if self.stopped {
             return Ok(TextDelta::default());
         }
-        let before = self
-            .tok
-            .decode(&self.ids[self.prefix_offset..self.read_offset], self.skip_special)?;
+        let before = self.tok.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special,
+        )?;
         let after = self
             .tok
             .decode(&self.ids[self.prefix_offset..], self.skip_special)?;

@@ -24,8 +24,8 @@ const ITL_BUCKETS: &[f64] = &[
 ];
 /// vLLM's request-latency buckets.
 const REQUEST_BUCKETS: &[f64] = &[
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
 ];
 const STEP_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1.0,
@@ -125,35 +125,250 @@ impl Metrics {
         let m = "model";
         let bad = |e: prometheus::Error| EngineError::InvalidInput(format!("metric: {e}"));
         Ok(Self {
-            requests_running: reg(&r, gauge("amdahl_requests_running", "Requests holding a cache slot (prefill or decode).", &[m])?)?,
-            requests_waiting: reg(&r, gauge("amdahl_requests_waiting", "Admitted requests waiting for a cache slot.", &[m])?)?,
-            kv_cache_usage_ratio: reg(&r, prometheus::GaugeVec::new(Opts::new("amdahl_kv_cache_usage_ratio", "Fraction of sequence cache slots in use (0-1)."), &[m]).map_err(bad)?)?,
-            kv_cache_bytes: reg(&r, gauge("amdahl_kv_cache_bytes", "Bytes held by the per-sequence caches of running requests.", &[m, "device"])?)?,
-            prompt_tokens_total: reg(&r, counter("amdahl_prompt_tokens_total", "Prompt tokens of finished requests.", &[m])?)?,
-            generation_tokens_total: reg(&r, counter("amdahl_generation_tokens_total", "Tokens generated.", &[m])?)?,
-            requests_finished_total: reg(&r, counter("amdahl_requests_finished_total", "Requests finished, by reason (stop, length, cancelled, error, client_gone).", &[m, "finish_reason"])?)?,
-            requests_rejected_total: reg(&r, counter("amdahl_requests_rejected_total", "Requests refused before admission, by reason (queue_full, too_long, invalid, not_ready, unauthorized).", &["reason"])?)?,
-            time_to_first_token_seconds: reg(&r, hist("amdahl_time_to_first_token_seconds", "Time from submission to the first generated token.", TTFT_BUCKETS, &[m, "transport"])?)?,
-            inter_token_latency_seconds: reg(&r, hist("amdahl_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", ITL_BUCKETS, &[m])?)?,
-            request_time_per_output_token_seconds: reg(&r, hist("amdahl_request_time_per_output_token_seconds", "Mean time per output token after the first, per request.", ITL_BUCKETS, &[m])?)?,
-            e2e_request_latency_seconds: reg(&r, hist("amdahl_e2e_request_latency_seconds", "Time from submission to the last event of a request.", REQUEST_BUCKETS, &[m])?)?,
-            request_queue_time_seconds: reg(&r, hist("amdahl_request_queue_time_seconds", "Time a request waited for a cache slot.", REQUEST_BUCKETS, &[m])?)?,
-            request_prefill_time_seconds: reg(&r, hist("amdahl_request_prefill_time_seconds", "Time from first scheduling to the first token.", REQUEST_BUCKETS, &[m])?)?,
-            request_decode_time_seconds: reg(&r, hist("amdahl_request_decode_time_seconds", "Time from the first token to the last.", REQUEST_BUCKETS, &[m])?)?,
-            request_prompt_tokens: reg(&r, hist("amdahl_request_prompt_tokens", "Prompt length per request (tokens).", &tok, &[m])?)?,
-            request_generation_tokens: reg(&r, hist("amdahl_request_generation_tokens", "Generated tokens per request.", &tok, &[m])?)?,
-            ws_connections: reg(&r, IntGauge::new("amdahl_ws_connections", "Open WebSocket connections.").map_err(bad)?)?,
-            stream_coalesced_deltas_total: reg(&r, counter("amdahl_stream_coalesced_deltas_total", "Deltas merged into an earlier pending delta for a slow reader.", &["transport"])?)?,
-            client_disconnects_total: reg(&r, counter("amdahl_client_disconnects_total", "Requests whose client went away before the end, by phase (queued, prefill, decode).", &["transport", "phase"])?)?,
-            http_requests_total: reg(&r, counter("amdahl_http_requests_total", "HTTP requests answered, by handler and status.", &["handler", "status"])?)?,
-            http_request_duration_seconds: reg(&r, hist("amdahl_http_request_duration_seconds", "Time to the response head (streams: to the first byte).", HTTP_BUCKETS, &["handler"])?)?,
-            build_info: reg(&r, gauge("amdahl_build_info", "Always 1; the labels describe the build and the served model.", &["version", m, "device"])?)?,
-            step_duration_seconds: reg(&r, hist("amdahl_step_duration_seconds", "Wall time of one engine step.", STEP_BUCKETS, &["phase"])?)?,
-            batch_size: reg(&r, hist("amdahl_batch_size", "Sequences in one step.", BATCH_BUCKETS, &["phase"])?)?,
-            step_tokens: reg(&r, hist("amdahl_step_tokens", "Tokens fed to the model in one step.", STEP_TOKEN_BUCKETS, &["phase"])?)?,
-            stage_seconds_total: reg(&r, CounterVec::new(Opts::new("amdahl_stage_seconds_total", "Busy time per forward-pass stage (ARCHITECTURE.md stage labels)."), &["stage", "device", "phase"]).map_err(bad)?)?,
-            stage_bytes_total: reg(&r, counter("amdahl_stage_bytes_total", "Analytic bytes moved per stage (weights, cache rows, activations).", &["stage", "device"])?)?,
-            stage_flops_total: reg(&r, counter("amdahl_stage_flops_total", "Analytic floating-point operations per stage.", &["stage", "device"])?)?,
+            requests_running: reg(
+                &r,
+                gauge(
+                    "amdahl_requests_running",
+                    "Requests holding a cache slot (prefill or decode).",
+                    &[m],
+                )?,
+            )?,
+            requests_waiting: reg(
+                &r,
+                gauge(
+                    "amdahl_requests_waiting",
+                    "Admitted requests waiting for a cache slot.",
+                    &[m],
+                )?,
+            )?,
+            kv_cache_usage_ratio: reg(
+                &r,
+                prometheus::GaugeVec::new(
+                    Opts::new(
+                        "amdahl_kv_cache_usage_ratio",
+                        "Fraction of sequence cache slots in use (0-1).",
+                    ),
+                    &[m],
+                )
+                .map_err(bad)?,
+            )?,
+            kv_cache_bytes: reg(
+                &r,
+                gauge(
+                    "amdahl_kv_cache_bytes",
+                    "Bytes held by the per-sequence caches of running requests.",
+                    &[m, "device"],
+                )?,
+            )?,
+            prompt_tokens_total: reg(
+                &r,
+                counter(
+                    "amdahl_prompt_tokens_total",
+                    "Prompt tokens of finished requests.",
+                    &[m],
+                )?,
+            )?,
+            generation_tokens_total: reg(
+                &r,
+                counter("amdahl_generation_tokens_total", "Tokens generated.", &[m])?,
+            )?,
+            requests_finished_total: reg(
+                &r,
+                counter(
+                    "amdahl_requests_finished_total",
+                    "Requests finished, by reason (stop, length, cancelled, error, client_gone).",
+                    &[m, "finish_reason"],
+                )?,
+            )?,
+            requests_rejected_total: reg(
+                &r,
+                counter(
+                    "amdahl_requests_rejected_total",
+                    "Requests refused before admission, by reason (queue_full, too_long, invalid, not_ready, unauthorized).",
+                    &["reason"],
+                )?,
+            )?,
+            time_to_first_token_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_time_to_first_token_seconds",
+                    "Time from submission to the first generated token.",
+                    TTFT_BUCKETS,
+                    &[m, "transport"],
+                )?,
+            )?,
+            inter_token_latency_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_inter_token_latency_seconds",
+                    "Time between consecutive generated tokens of a request.",
+                    ITL_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            request_time_per_output_token_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_request_time_per_output_token_seconds",
+                    "Mean time per output token after the first, per request.",
+                    ITL_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            e2e_request_latency_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_e2e_request_latency_seconds",
+                    "Time from submission to the last event of a request.",
+                    REQUEST_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            request_queue_time_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_request_queue_time_seconds",
+                    "Time a request waited for a cache slot.",
+                    REQUEST_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            request_prefill_time_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_request_prefill_time_seconds",
+                    "Time from first scheduling to the first token.",
+                    REQUEST_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            request_decode_time_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_request_decode_time_seconds",
+                    "Time from the first token to the last.",
+                    REQUEST_BUCKETS,
+                    &[m],
+                )?,
+            )?,
+            request_prompt_tokens: reg(
+                &r,
+                hist(
+                    "amdahl_request_prompt_tokens",
+                    "Prompt length per request (tokens).",
+                    &tok,
+                    &[m],
+                )?,
+            )?,
+            request_generation_tokens: reg(
+                &r,
+                hist(
+                    "amdahl_request_generation_tokens",
+                    "Generated tokens per request.",
+                    &tok,
+                    &[m],
+                )?,
+            )?,
+            ws_connections: reg(
+                &r,
+                IntGauge::new("amdahl_ws_connections", "Open WebSocket connections.")
+                    .map_err(bad)?,
+            )?,
+            stream_coalesced_deltas_total: reg(
+                &r,
+                counter(
+                    "amdahl_stream_coalesced_deltas_total",
+                    "Deltas merged into an earlier pending delta for a slow reader.",
+                    &["transport"],
+                )?,
+            )?,
+            client_disconnects_total: reg(
+                &r,
+                counter(
+                    "amdahl_client_disconnects_total",
+                    "Requests whose client went away before the end, by phase (queued, prefill, decode).",
+                    &["transport", "phase"],
+                )?,
+            )?,
+            http_requests_total: reg(
+                &r,
+                counter(
+                    "amdahl_http_requests_total",
+                    "HTTP requests answered, by handler and status.",
+                    &["handler", "status"],
+                )?,
+            )?,
+            http_request_duration_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_http_request_duration_seconds",
+                    "Time to the response head (streams: to the first byte).",
+                    HTTP_BUCKETS,
+                    &["handler"],
+                )?,
+            )?,
+            build_info: reg(
+                &r,
+                gauge(
+                    "amdahl_build_info",
+                    "Always 1; the labels describe the build and the served model.",
+                    &["version", m, "device"],
+                )?,
+            )?,
+            step_duration_seconds: reg(
+                &r,
+                hist(
+                    "amdahl_step_duration_seconds",
+                    "Wall time of one engine step.",
+                    STEP_BUCKETS,
+                    &["phase"],
+                )?,
+            )?,
+            batch_size: reg(
+                &r,
+                hist(
+                    "amdahl_batch_size",
+                    "Sequences in one step.",
+                    BATCH_BUCKETS,
+                    &["phase"],
+                )?,
+            )?,
+            step_tokens: reg(
+                &r,
+                hist(
+                    "amdahl_step_tokens",
+                    "Tokens fed to the model in one step.",
+                    STEP_TOKEN_BUCKETS,
+                    &["phase"],
+                )?,
+            )?,
+            stage_seconds_total: reg(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "amdahl_stage_seconds_total",
+                        "Busy time per forward-pass stage (ARCHITECTURE.md stage labels).",
+                    ),
+                    &["stage", "device", "phase"],
+                )
+                .map_err(bad)?,
+            )?,
+            stage_bytes_total: reg(
+                &r,
+                counter(
+                    "amdahl_stage_bytes_total",
+                    "Analytic bytes moved per stage (weights, cache rows, activations).",
+                    &["stage", "device"],
+                )?,
+            )?,
+            stage_flops_total: reg(
+                &r,
+                counter(
+                    "amdahl_stage_flops_total",
+                    "Analytic floating-point operations per stage.",
+                    &["stage", "device"],
+                )?,
+            )?,
             registry: r,
         })
     }
@@ -234,7 +449,10 @@ mod tests {
             .filter_map(|l| l.split('`').next())
             .map(|n| format!("amdahl_{n}"))
             .collect();
-        assert_eq!(declared, documented, "docs/metrics.md and metrics.rs disagree");
+        assert_eq!(
+            declared, documented,
+            "docs/metrics.md and metrics.rs disagree"
+        );
         for n in &declared {
             assert!(n.starts_with("amdahl_"), "{n}: prefix");
         }

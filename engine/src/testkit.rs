@@ -142,7 +142,15 @@ mod tests {
         assert_eq!(ids.len(), text.len());
         assert_eq!(t.decode(&ids, true).unwrap(), text);
         let ids = t.encode("<|user|>hi<|end|>", false).unwrap();
-        assert_eq!(ids, vec![3, SPECIALS.len() as u32 + b'h' as u32, SPECIALS.len() as u32 + b'i' as u32, 1]);
+        assert_eq!(
+            ids,
+            vec![
+                3,
+                SPECIALS.len() as u32 + b'h' as u32,
+                SPECIALS.len() as u32 + b'i' as u32,
+                1
+            ]
+        );
         assert!(tokenizer_json(10).is_err());
     }
 }

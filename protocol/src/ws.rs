@@ -64,7 +64,7 @@ pub struct CreateRequest {
 #[serde(tag = "type")]
 pub enum ClientEvent {
     #[serde(rename = "request.create")]
-    Create(CreateRequest),
+    Create(Box<CreateRequest>),
     #[serde(rename = "request.cancel")]
     Cancel { id: String },
     #[serde(rename = "ping")]
@@ -171,7 +171,8 @@ mod tests {
         assert_eq!(c.id, "c1");
         assert_eq!(c.params.max_tokens, Some(4));
         assert!(c.stream.include_token_ids);
-        let e: ClientEvent = serde_json::from_str(r#"{"type":"request.cancel","id":"c1"}"#).unwrap();
+        let e: ClientEvent =
+            serde_json::from_str(r#"{"type":"request.cancel","id":"c1"}"#).unwrap();
         assert_eq!(e, ClientEvent::Cancel { id: "c1".into() });
         assert!(serde_json::from_str::<ClientEvent>(r#"{"type":"nope"}"#).is_err());
     }

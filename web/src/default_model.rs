@@ -11,10 +11,22 @@ use anyhow::Context;
 pub const NAME: &str = "amdahl-default";
 
 const FILES: [(&str, &[u8]); 4] = [
-    ("config.json", include_bytes!("../../models/default/config.json")),
-    ("model.safetensors", include_bytes!("../../models/default/model.safetensors")),
-    ("tokenizer.json", include_bytes!("../../models/default/tokenizer.json")),
-    ("tokenizer_config.json", include_bytes!("../../models/default/tokenizer_config.json")),
+    (
+        "config.json",
+        include_bytes!("../../models/default/config.json"),
+    ),
+    (
+        "model.safetensors",
+        include_bytes!("../../models/default/model.safetensors"),
+    ),
+    (
+        "tokenizer.json",
+        include_bytes!("../../models/default/tokenizer.json"),
+    ),
+    (
+        "tokenizer_config.json",
+        include_bytes!("../../models/default/tokenizer_config.json"),
+    ),
 ];
 
 /// Where the folder lives in a checkout.
@@ -51,13 +63,18 @@ fn cache_root() -> PathBuf {
 /// renamed, so a half-written copy is never used).
 pub fn unpack_into(root: &Path) -> anyhow::Result<PathBuf> {
     let dir = root.join(format!("default-model-{:016x}", content_hash()));
-    if FILES.iter().all(|(n, b)| {
-        std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() == b.len() as u64)
-    }) {
+    if FILES
+        .iter()
+        .all(|(n, b)| std::fs::metadata(dir.join(n)).is_ok_and(|m| m.len() == b.len() as u64))
+    {
         return Ok(dir);
     }
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-    let tmp = root.join(format!(".unpack-{}-{:x}", std::process::id(), content_hash()));
+    let tmp = root.join(format!(
+        ".unpack-{}-{:x}",
+        std::process::id(),
+        content_hash()
+    ));
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     for (name, bytes) in FILES {
         std::fs::write(tmp.join(name), bytes)
@@ -89,7 +106,10 @@ mod tests {
         amdahl_engine::testkit::write_default_model(fresh.path()).unwrap();
         for (name, bytes) in FILES {
             let made = std::fs::read(fresh.path().join(name)).unwrap();
-            assert!(made == bytes, "{name}: models/default differs from the generator");
+            assert!(
+                made == bytes,
+                "{name}: models/default differs from the generator"
+            );
         }
         let root = tempfile::tempdir().unwrap();
         let d = unpack_into(root.path()).unwrap();

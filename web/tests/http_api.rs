@@ -28,7 +28,12 @@ async fn chat_and_completions_streamed_and_not() {
     let c = client();
 
     // Non-streamed chat.
-    let (st, v, h) = post(&c, &format!("{base}/v1/chat/completions"), &chat_body(false, false)).await;
+    let (st, v, h) = post(
+        &c,
+        &format!("{base}/v1/chat/completions"),
+        &chat_body(false, false),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
     assert!(h.get("x-request-id").is_some());
     assert_eq!(v["object"], "chat.completion");
@@ -37,12 +42,23 @@ async fn chat_and_completions_streamed_and_not() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     // "<|bos|><|system|>be brief<|end|><|user|>hello<|end|><|assistant|>": 6 specials + 13 bytes.
-    assert_eq!(v["usage"], json!({"prompt_tokens": 19, "completion_tokens": 6, "total_tokens": 25}));
-    let chat_text = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 19, "completion_tokens": 6, "total_tokens": 25})
+    );
+    let chat_text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Streamed chat: role chunk first (with the first output), content chunks, finish chunk,
     // usage chunk with empty choices, [DONE]. Same text as the non-streamed run (greedy).
-    let events = stream(&c, &format!("{base}/v1/chat/completions"), &chat_body(true, true)).await;
+    let events = stream(
+        &c,
+        &format!("{base}/v1/chat/completions"),
+        &chat_body(true, true),
+    )
+    .await;
     assert_eq!(events.last().unwrap(), "[DONE]");
     let chunks: Vec<Value> = events[..events.len() - 1]
         .iter()
@@ -55,7 +71,10 @@ async fn chat_and_completions_streamed_and_not() {
         assert_eq!(ch["model"], MODEL);
         assert!(ch["created"].is_u64());
     }
-    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
     assert!(chunks[0]["usage"].is_null());
     let (usage, body) = chunks.split_last().unwrap();
     assert_eq!(usage["choices"], json!([]));
@@ -69,13 +88,21 @@ async fn chat_and_completions_streamed_and_not() {
         assert!(ch["choices"][0]["finish_reason"].is_null());
         assert!(ch["choices"][0]["delta"].get("role").is_none());
         let piece = ch["choices"][0]["delta"]["content"].as_str().unwrap();
-        assert!(!piece.is_empty(), "no empty content chunks after the role chunk");
+        assert!(
+            !piece.is_empty(),
+            "no empty content chunks after the role chunk"
+        );
         text.push_str(piece);
     }
     assert_eq!(text, chat_text);
 
     // Without include_usage: no usage chunk.
-    let events = stream(&c, &format!("{base}/v1/chat/completions"), &chat_body(true, false)).await;
+    let events = stream(
+        &c,
+        &format!("{base}/v1/chat/completions"),
+        &chat_body(true, false),
+    )
+    .await;
     let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
 
@@ -102,23 +129,42 @@ async fn chat_and_completions_streamed_and_not() {
         text.push_str(ch["choices"][0]["text"].as_str().unwrap());
     }
     assert_eq!(text, whole);
-    assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+        "length"
+    );
     assert_eq!(chunks[chunks.len() - 1]["usage"]["completion_tokens"], 5);
 
     // Default completions max_tokens is 16.
-    let (_, v, _) = post(&c, &format!("{base}/v1/completions"),
-        &json!({"prompt": "abc", "temperature": 0, "ignore_eos": true})).await;
+    let (_, v, _) = post(
+        &c,
+        &format!("{base}/v1/completions"),
+        &json!({"prompt": "abc", "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
     assert_eq!(v["usage"]["completion_tokens"], 16);
 
     // Seeds: same seed, same text; sampling at temperature 1.
-    let seeded = |seed: i64| json!({"prompt": "xyz", "max_tokens": 12, "temperature": 1.0,
-                                    "top_p": 0.95, "top_k": 40, "seed": seed, "ignore_eos": true});
-    let a = post(&c, &format!("{base}/v1/completions"), &seeded(5)).await.1;
-    let b = post(&c, &format!("{base}/v1/completions"), &seeded(5)).await.1;
+    let seeded = |seed: i64| {
+        json!({"prompt": "xyz", "max_tokens": 12, "temperature": 1.0,
+                                    "top_p": 0.95, "top_k": 40, "seed": seed, "ignore_eos": true})
+    };
+    let a = post(&c, &format!("{base}/v1/completions"), &seeded(5))
+        .await
+        .1;
+    let b = post(&c, &format!("{base}/v1/completions"), &seeded(5))
+        .await
+        .1;
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
 
     // Stop strings: the output ends before the first occurrence, finish_reason stop.
-    let long = post(&c, &format!("{base}/v1/completions"), &greedy_completion(json!("hello"), 40)).await.1;
+    let long = post(
+        &c,
+        &format!("{base}/v1/completions"),
+        &greedy_completion(json!("hello"), 40),
+    )
+    .await
+    .1;
     let long_text = long["choices"][0]["text"].as_str().unwrap().to_string();
     let stop: String = long_text.chars().skip(5).take(2).collect();
     if !stop.contains('\u{FFFD}') {
@@ -137,7 +183,13 @@ async fn chat_and_completions_streamed_and_not() {
 #[actix_web::test]
 async fn small_endpoints_and_auth() {
     let dir = model_dir();
-    let s = serve(dir.path(), Opts { api_key: Some("sekret".into()), ..Opts::default() });
+    let s = serve(
+        dir.path(),
+        Opts {
+            api_key: Some("sekret".into()),
+            ..Opts::default()
+        },
+    );
     let base = s.url();
     let c = client();
     // /health and /metrics are open; everything else needs the key.
@@ -149,32 +201,62 @@ async fn small_endpoints_and_auth() {
     assert_eq!(res.status().as_u16(), 401);
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["error"]["code"], "invalid_api_key");
-    let res = c.get(format!("{base}/v1/models")).bearer_auth("wrong").send().await.unwrap();
+    let res = c
+        .get(format!("{base}/v1/models"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status().as_u16(), 401);
-    let mut res = c.get(format!("{base}/v1/models")).bearer_auth("sekret").send().await.unwrap();
+    let mut res = c
+        .get(format!("{base}/v1/models"))
+        .bearer_auth("sekret")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status().as_u16(), 200);
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], MODEL);
     assert_eq!(v["data"][0]["max_model_len"], 4096);
-    let res = awc::Client::new().ws(format!("{}/v1/ws", base.replacen("http", "ws", 1))).connect().await;
+    let res = awc::Client::new()
+        .ws(format!("{}/v1/ws", base.replacen("http", "ws", 1)))
+        .connect()
+        .await;
     assert!(res.is_err(), "websocket upgrade without the key is refused");
 
-    let mut res = c.post(format!("{base}/tokenize")).bearer_auth("sekret")
-        .send_json(&json!({"prompt": "héllo"})).await.unwrap();
+    let mut res = c
+        .post(format!("{base}/tokenize"))
+        .bearer_auth("sekret")
+        .send_json(&json!({"prompt": "héllo"}))
+        .await
+        .unwrap();
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["count"], 6);
     assert_eq!(v["max_model_len"], 4096);
     let toks = v["tokens"].clone();
-    let mut res = c.post(format!("{base}/detokenize")).bearer_auth("sekret")
-        .send_json(&json!({"tokens": toks})).await.unwrap();
+    let mut res = c
+        .post(format!("{base}/detokenize"))
+        .bearer_auth("sekret")
+        .send_json(&json!({"tokens": toks}))
+        .await
+        .unwrap();
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["prompt"], "héllo");
-    let mut res = c.post(format!("{base}/tokenize")).bearer_auth("sekret")
-        .send_json(&json!({"messages": [{"role": "user", "content": "hi"}]})).await.unwrap();
+    let mut res = c
+        .post(format!("{base}/tokenize"))
+        .bearer_auth("sekret")
+        .send_json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .await
+        .unwrap();
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["count"], 6, "bos, user, h, i, end, assistant");
-    let rejected = metric(&c, &base, "amdahl_requests_rejected_total{reason=\"unauthorized\"}").await;
+    let rejected = metric(
+        &c,
+        &base,
+        "amdahl_requests_rejected_total{reason=\"unauthorized\"}",
+    )
+    .await;
     assert_eq!(rejected, 3.0);
     s.shutdown().await.unwrap();
 }
@@ -183,11 +265,17 @@ async fn small_endpoints_and_auth() {
 #[actix_web::test]
 async fn bad_inputs_get_documented_errors() {
     let dir = model_dir();
-    let s = serve(dir.path(), Opts {
-        max_model_len: Some(64),
-        limits: amdahl::server::Limits { max_body_bytes: 4096, ..Default::default() },
-        ..Opts::default()
-    });
+    let s = serve(
+        dir.path(),
+        Opts {
+            max_model_len: Some(64),
+            limits: amdahl::server::Limits {
+                max_body_bytes: 4096,
+                ..Default::default()
+            },
+            ..Opts::default()
+        },
+    );
     let base = s.url();
     let c = client();
     let chat = format!("{base}/v1/chat/completions");
@@ -202,45 +290,205 @@ async fn bad_inputs_get_documented_errors() {
     };
     // (url, body, status, code, param)
     let cases: Vec<(&str, Value, u16, &str, Value)> = vec![
-        (&chat, with(json!({"temperature": 3})), 400, "invalid_parameter", json!("temperature")),
-        (&chat, with(json!({"temperature": "hot"})), 400, "invalid_parameter", json!("temperature")),
-        (&chat, with(json!({"top_p": 0})), 400, "invalid_parameter", json!("top_p")),
-        (&chat, with(json!({"top_k": -5})), 400, "invalid_parameter", json!("top_k")),
-        (&chat, with(json!({"max_tokens": 0})), 400, "invalid_parameter", json!("max_tokens")),
-        (&chat, with(json!({"max_tokens": -1})), 400, "invalid_parameter", json!("max_tokens")),
-        (&chat, with(json!({"min_tokens": 9, "max_tokens": 3})), 400, "invalid_parameter", json!("min_tokens")),
-        (&chat, with(json!({"n": 2})), 400, "unsupported_parameter", json!("n")),
-        (&chat, with(json!({"logprobs": true})), 400, "unsupported_parameter", json!("logprobs")),
-        (&chat, with(json!({"stream_options": {"include_usage": true}})), 400, "invalid_parameter", json!("stream_options")),
-        (&chat, with(json!({"stop_token_ids": [99999]})), 400, "invalid_parameter", json!("stop_token_ids")),
-        (&chat, with(json!({"presence_penalty": 0.5})), 400, "unsupported_parameter", json!("presence_penalty")),
-        (&chat, with(json!({"model": "gpt-9"})), 404, "model_not_found", json!("model")),
-        (&chat, json!({"messages": []}), 400, "invalid_parameter", json!("messages")),
-        (&chat, json!({"messages": "hi"}), 400, "invalid_parameter", json!("messages")),
+        (
+            &chat,
+            with(json!({"temperature": 3})),
+            400,
+            "invalid_parameter",
+            json!("temperature"),
+        ),
+        (
+            &chat,
+            with(json!({"temperature": "hot"})),
+            400,
+            "invalid_parameter",
+            json!("temperature"),
+        ),
+        (
+            &chat,
+            with(json!({"top_p": 0})),
+            400,
+            "invalid_parameter",
+            json!("top_p"),
+        ),
+        (
+            &chat,
+            with(json!({"top_k": -5})),
+            400,
+            "invalid_parameter",
+            json!("top_k"),
+        ),
+        (
+            &chat,
+            with(json!({"max_tokens": 0})),
+            400,
+            "invalid_parameter",
+            json!("max_tokens"),
+        ),
+        (
+            &chat,
+            with(json!({"max_tokens": -1})),
+            400,
+            "invalid_parameter",
+            json!("max_tokens"),
+        ),
+        (
+            &chat,
+            with(json!({"min_tokens": 9, "max_tokens": 3})),
+            400,
+            "invalid_parameter",
+            json!("min_tokens"),
+        ),
+        (
+            &chat,
+            with(json!({"n": 2})),
+            400,
+            "unsupported_parameter",
+            json!("n"),
+        ),
+        (
+            &chat,
+            with(json!({"logprobs": true})),
+            400,
+            "unsupported_parameter",
+            json!("logprobs"),
+        ),
+        (
+            &chat,
+            with(json!({"stream_options": {"include_usage": true}})),
+            400,
+            "invalid_parameter",
+            json!("stream_options"),
+        ),
+        (
+            &chat,
+            with(json!({"stop_token_ids": [99999]})),
+            400,
+            "invalid_parameter",
+            json!("stop_token_ids"),
+        ),
+        (
+            &chat,
+            with(json!({"presence_penalty": 0.5})),
+            400,
+            "unsupported_parameter",
+            json!("presence_penalty"),
+        ),
+        (
+            &chat,
+            with(json!({"model": "gpt-9"})),
+            404,
+            "model_not_found",
+            json!("model"),
+        ),
+        (
+            &chat,
+            json!({"messages": []}),
+            400,
+            "invalid_parameter",
+            json!("messages"),
+        ),
+        (
+            &chat,
+            json!({"messages": "hi"}),
+            400,
+            "invalid_parameter",
+            json!("messages"),
+        ),
         (&chat, json!({}), 400, "invalid_parameter", Value::Null),
-        (&chat, json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), 400, "unsupported_parameter", json!("messages[0].content[0]")),
-        (&chat, json!({"messages": [{"role": "user", "content": "x".repeat(80)}]}), 400, "context_length_exceeded", json!("input_tokens")),
-        (&chat, with(json!({"max_tokens": 60})), 400, "context_length_exceeded", json!("max_tokens")),
-        (&cmpl, json!({"prompt": [1, 2, 99999]}), 400, "invalid_parameter", json!("prompt")),
-        (&cmpl, json!({"prompt": ""}), 400, "invalid_parameter", json!("prompt")),
-        (&cmpl, json!({"prompt": ["a", "b"]}), 400, "unsupported_parameter", json!("prompt")),
-        (&cmpl, json!({"prompt": "a", "logprobs": 1}), 400, "unsupported_parameter", json!("logprobs")),
-        (&cmpl, json!({"prompt": "a", "echo": true}), 400, "unsupported_parameter", json!("echo")),
-        (&cmpl, json!({"prompt": "a", "max_tokens": 1.5}), 400, "invalid_parameter", json!("max_tokens")),
-        (&cmpl, json!({"prompt": "a".repeat(5000)}), 413, "request_too_large", Value::Null),
+        (
+            &chat,
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            400,
+            "unsupported_parameter",
+            json!("messages[0].content[0]"),
+        ),
+        (
+            &chat,
+            json!({"messages": [{"role": "user", "content": "x".repeat(80)}]}),
+            400,
+            "context_length_exceeded",
+            json!("input_tokens"),
+        ),
+        (
+            &chat,
+            with(json!({"max_tokens": 60})),
+            400,
+            "context_length_exceeded",
+            json!("max_tokens"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": [1, 2, 99999]}),
+            400,
+            "invalid_parameter",
+            json!("prompt"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": ""}),
+            400,
+            "invalid_parameter",
+            json!("prompt"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": ["a", "b"]}),
+            400,
+            "unsupported_parameter",
+            json!("prompt"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": "a", "logprobs": 1}),
+            400,
+            "unsupported_parameter",
+            json!("logprobs"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": "a", "echo": true}),
+            400,
+            "unsupported_parameter",
+            json!("echo"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": "a", "max_tokens": 1.5}),
+            400,
+            "invalid_parameter",
+            json!("max_tokens"),
+        ),
+        (
+            &cmpl,
+            json!({"prompt": "a".repeat(5000)}),
+            413,
+            "request_too_large",
+            Value::Null,
+        ),
     ];
     for (url, body, status, code, param) in cases {
         let (st, v, _) = post(&c, url, &body).await;
         assert_eq!(st, status, "{body}: {v}");
         assert_eq!(v["error"]["code"], code, "{body}: {v}");
         assert_eq!(v["error"]["param"], param, "{body}: {v}");
-        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
         assert!(v["error"]["type"].is_string());
     }
     let (st, v) = post_raw(&c, &cmpl, "application/json", b"{\"prompt\": ").await;
-    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_parameter")));
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("invalid_parameter"))
+    );
     let (st, v) = post_raw(&c, &cmpl, "application/x-www-form-urlencoded", b"prompt=hi").await;
-    assert_eq!((st, v["error"]["param"].as_str()), (400, Some("content-type")));
+    assert_eq!(
+        (st, v["error"]["param"].as_str()),
+        (400, Some("content-type"))
+    );
     let mut res = c.get(format!("{base}/v2/nothing")).send().await.unwrap();
     assert_eq!(res.status().as_u16(), 404);
     let v: Value = res.json().await.unwrap();
@@ -248,7 +496,12 @@ async fn bad_inputs_get_documented_errors() {
     // Still serving.
     let (st, _, _) = post(&c, &cmpl, &greedy_completion(json!("ok"), 3)).await;
     assert_eq!(st, 200);
-    let too_long = metric(&c, &base, "amdahl_requests_rejected_total{reason=\"too_long\"}").await;
+    let too_long = metric(
+        &c,
+        &base,
+        "amdahl_requests_rejected_total{reason=\"too_long\"}",
+    )
+    .await;
     assert_eq!(too_long, 2.0);
     s.shutdown().await.unwrap();
 }

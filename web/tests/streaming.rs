@@ -15,17 +15,24 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 fn prompt(i: usize) -> Vec<u32> {
-    (0..(3 + i % 11)).map(|j| (10 + (i * 31 + j * 7) % 250) as u32).collect()
+    (0..(3 + i % 11))
+        .map(|j| (10 + (i * 31 + j * 7) % 250) as u32)
+        .collect()
 }
 
 /// The prompt run alone, greedy, past EOS (the requests use `ignore_eos`).
+#[allow(clippy::unwrap_used)]
 fn alone_greedy(m: &DeepseekV4, prompt: &[u32], n: usize) -> Vec<u32> {
     use amdahl_engine::model::deepseek_v4::{LogitRows, SeqInput};
     let mut state = m.new_state();
     let mut clock = amdahl_engine::profile::StageClock::default();
     let (mut out, mut next) = (Vec::new(), prompt.to_vec());
     while out.len() < n {
-        let mut batch = [SeqInput { tokens: &next, state: &mut state, logits: LogitRows::Last }];
+        let mut batch = [SeqInput {
+            tokens: &next,
+            state: &mut state,
+            logits: LogitRows::Last,
+        }];
         let logits = m.forward(&mut batch, &mut clock).unwrap();
         let t = amdahl_engine::ops::sampling::argmax(logits[0].row(0));
         out.push(t);
@@ -40,10 +47,18 @@ async fn thirty_two_streams_each_equal_the_prompt_alone() {
     let model = DeepseekV4::load(dir.path()).unwrap();
     let tok = Tokenizer::from_model_dir(dir.path()).unwrap().unwrap();
     // A small step budget forces chunked prefill mixed with decode across the 32.
-    let s = serve(dir.path(), Opts { max_step_tokens: 40, ..Opts::default() });
+    let s = serve(
+        dir.path(),
+        Opts {
+            max_step_tokens: 40,
+            ..Opts::default()
+        },
+    );
     let base = s.url();
     let n_out = 24;
-    let alone: Vec<Vec<u32>> = (0..32).map(|i| alone_greedy(&model, &prompt(i), n_out)).collect();
+    let alone: Vec<Vec<u32>> = (0..32)
+        .map(|i| alone_greedy(&model, &prompt(i), n_out))
+        .collect();
 
     // 32 over one WebSocket, with token ids.
     let mut ws = ws_connect(&base).await;
@@ -52,9 +67,13 @@ async fn thirty_two_streams_each_equal_the_prompt_alone() {
     assert_eq!(hello["protocol"], "amdahl.v1");
     assert_eq!(hello["model"], MODEL);
     for i in 0..32 {
-        ws_send(&mut ws, json!({"type": "request.create", "id": format!("r{i}"), "input_ids": prompt(i),
+        ws_send(
+            &mut ws,
+            json!({"type": "request.create", "id": format!("r{i}"), "input_ids": prompt(i),
             "params": {"max_tokens": n_out, "temperature": 0, "ignore_eos": true},
-            "stream": {"include_token_ids": true}})).await;
+            "stream": {"include_token_ids": true}}),
+        )
+        .await;
     }
     let mut ids: Vec<Vec<u32>> = vec![Vec::new(); 32];
     let mut seqs = vec![0u64; 32];
@@ -121,7 +140,11 @@ async fn thirty_two_streams_each_equal_the_prompt_alone() {
                 usage = v["usage"].clone();
             }
         }
-        assert_eq!(text, tok.decode(&alone[i], true).unwrap(), "http stream {i}");
+        assert_eq!(
+            text,
+            tok.decode(&alone[i], true).unwrap(),
+            "http stream {i}"
+        );
         assert_eq!(usage["completion_tokens"], n_out);
     }
     wait_idle(&c, &base).await;
@@ -131,7 +154,14 @@ async fn thirty_two_streams_each_equal_the_prompt_alone() {
 #[actix_web::test]
 async fn cancel_and_disconnect_free_the_slot() {
     let dir = model_dir();
-    let s = serve(dir.path(), Opts { max_seqs: 1, max_queue: 4, ..Opts::default() });
+    let s = serve(
+        dir.path(),
+        Opts {
+            max_seqs: 1,
+            max_queue: 4,
+            ..Opts::default()
+        },
+    );
     let base = s.url();
     let c = client();
     let running = format!("amdahl_requests_running{{model=\"{MODEL}\"}}");
@@ -140,7 +170,11 @@ async fn cancel_and_disconnect_free_the_slot() {
     // WebSocket cancel mid-stream.
     let mut ws = ws_connect(&base).await;
     ws_next(&mut ws).await.unwrap();
-    ws_send(&mut ws, json!({"type": "request.create", "id": "a", "prompt": "abc", "params": long})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "a", "prompt": "abc", "params": long}),
+    )
+    .await;
     let mut deltas = 0;
     while deltas < 3 {
         let ev = ws_next(&mut ws).await.unwrap();
@@ -163,19 +197,38 @@ async fn cancel_and_disconnect_free_the_slot() {
     // Cancelling again: unknown_request, socket unaffected.
     ws_send(&mut ws, json!({"type": "request.cancel", "id": "a"})).await;
     let ev = ws_next(&mut ws).await.unwrap();
-    assert_eq!((ev["type"].as_str(), ev["error"]["code"].as_str()), (Some("error"), Some("unknown_request")));
+    assert_eq!(
+        (ev["type"].as_str(), ev["error"]["code"].as_str()),
+        (Some("error"), Some("unknown_request"))
+    );
     ws_send(&mut ws, json!({"type": "ping", "nonce": "7"})).await;
-    assert_eq!(ws_next(&mut ws).await.unwrap(), json!({"type": "pong", "nonce": "7"}));
+    assert_eq!(
+        ws_next(&mut ws).await.unwrap(),
+        json!({"type": "pong", "nonce": "7"})
+    );
     // Bad frames give an error event; the socket stays open.
-    ws.send(awc::ws::Message::Text("{nope".into())).await.unwrap();
+    ws.send(awc::ws::Message::Text("{nope".into()))
+        .await
+        .unwrap();
     let ev = ws_next(&mut ws).await.unwrap();
     assert_eq!(ev["type"], "error");
-    ws_send(&mut ws, json!({"type": "request.create", "id": "d", "prompt": "x", "params": {"max_tokens": 0}})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "d", "prompt": "x", "params": {"max_tokens": 0}}),
+    )
+    .await;
     let ev = ws_next(&mut ws).await.unwrap();
-    assert_eq!((ev["id"].as_str(), ev["error"]["param"].as_str()), (Some("d"), Some("max_tokens")));
+    assert_eq!(
+        (ev["id"].as_str(), ev["error"]["param"].as_str()),
+        (Some("d"), Some("max_tokens"))
+    );
 
     // Socket closed mid-stream.
-    ws_send(&mut ws, json!({"type": "request.create", "id": "b", "prompt": "abc", "params": long})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "b", "prompt": "abc", "params": long}),
+    )
+    .await;
     loop {
         if ws_next(&mut ws).await.unwrap()["type"] == "request.delta" {
             break;
@@ -189,7 +242,11 @@ async fn cancel_and_disconnect_free_the_slot() {
     for (k, v) in long.as_object().unwrap() {
         body[k] = v.clone();
     }
-    let mut res = c.post(format!("{base}/v1/completions")).send_json(&body).await.unwrap();
+    let mut res = c
+        .post(format!("{base}/v1/completions"))
+        .send_json(&body)
+        .await
+        .unwrap();
     let mut seen = 0;
     while seen < 3 {
         let chunk = res.next().await.unwrap().unwrap();
@@ -198,11 +255,21 @@ async fn cancel_and_disconnect_free_the_slot() {
     assert_eq!(metric(&c, &base, &running).await, 1.0);
     drop(res);
     wait_idle(&c, &base).await;
-    let gone = metric(&c, &base, "amdahl_client_disconnects_total{phase=\"decode\",transport=\"http\"}").await;
+    let gone = metric(
+        &c,
+        &base,
+        "amdahl_client_disconnects_total{phase=\"decode\",transport=\"http\"}",
+    )
+    .await;
     assert_eq!(gone, 1.0);
 
     // The only slot is free: the next request is admitted and completes.
-    let (st, v, _) = post(&c, &format!("{base}/v1/completions"), &greedy_completion(json!("ok"), 4)).await;
+    let (st, v, _) = post(
+        &c,
+        &format!("{base}/v1/completions"),
+        &greedy_completion(json!("ok"), 4),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["usage"]["completion_tokens"], 4);
     s.shutdown().await.unwrap();
@@ -211,37 +278,72 @@ async fn cancel_and_disconnect_free_the_slot() {
 #[actix_web::test]
 async fn overload_gives_503_then_recovers() {
     let dir = model_dir();
-    let s = serve(dir.path(), Opts { max_seqs: 1, max_queue: 1, ..Opts::default() });
+    let s = serve(
+        dir.path(),
+        Opts {
+            max_seqs: 1,
+            max_queue: 1,
+            ..Opts::default()
+        },
+    );
     let base = s.url();
     let c = client();
     let body = json!({"prompt": "abc", "stream": true, "max_tokens": 3000, "temperature": 0, "ignore_eos": true});
     // A holds the slot (streaming), B waits in the queue, C is refused.
-    let mut a = c.post(format!("{base}/v1/completions")).send_json(&body).await.unwrap();
+    let mut a = c
+        .post(format!("{base}/v1/completions"))
+        .send_json(&body)
+        .await
+        .unwrap();
     a.next().await.unwrap().unwrap();
-    let b = c.post(format!("{base}/v1/completions")).send_json(&body).await.unwrap();
+    let b = c
+        .post(format!("{base}/v1/completions"))
+        .send_json(&body)
+        .await
+        .unwrap();
     assert_eq!(b.status().as_u16(), 200);
     let (st, v, h) = post(&c, &format!("{base}/v1/completions"), &body).await;
     assert_eq!(st, 503, "{v}");
     assert_eq!(v["error"]["code"], "server_overloaded");
     assert_eq!(v["error"]["type"], "overloaded_error");
-    let retry: u64 = h.get("retry-after").unwrap().to_str().unwrap().parse().unwrap();
+    let retry: u64 = h
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(retry >= 1);
     // Same over the WebSocket: an error event with retry_after_ms.
     let mut ws = ws_connect(&base).await;
     ws_next(&mut ws).await.unwrap();
-    ws_send(&mut ws, json!({"type": "request.create", "id": "w", "prompt": "abc"})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "w", "prompt": "abc"}),
+    )
+    .await;
     let ev = ws_next(&mut ws).await.unwrap();
     assert_eq!(ev["type"], "error");
     assert_eq!(ev["id"], "w");
     assert_eq!(ev["error"]["code"], "server_overloaded");
     assert_eq!(ev["error"]["status"], 503);
     assert!(ev["error"]["retry_after_ms"].as_u64().unwrap() >= 100);
-    let rejected = metric(&c, &base, "amdahl_requests_rejected_total{reason=\"queue_full\"}").await;
+    let rejected = metric(
+        &c,
+        &base,
+        "amdahl_requests_rejected_total{reason=\"queue_full\"}",
+    )
+    .await;
     assert_eq!(rejected, 2.0);
     drop(a);
     drop(b);
     wait_idle(&c, &base).await;
-    let (st, _, _) = post(&c, &format!("{base}/v1/completions"), &greedy_completion(json!("ok"), 3)).await;
+    let (st, _, _) = post(
+        &c,
+        &format!("{base}/v1/completions"),
+        &greedy_completion(json!("ok"), 3),
+    )
+    .await;
     assert_eq!(st, 200);
     s.shutdown().await.unwrap();
 }
@@ -253,8 +355,12 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     let base = s.url();
     let mut ws = ws_connect(&base).await;
     ws_next(&mut ws).await.unwrap();
-    ws_send(&mut ws, json!({"type": "request.create", "id": "a", "prompt": "abc",
-        "params": {"max_tokens": 200, "temperature": 0, "ignore_eos": true}})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "a", "prompt": "abc",
+        "params": {"max_tokens": 200, "temperature": 0, "ignore_eos": true}}),
+    )
+    .await;
     loop {
         if ws_next(&mut ws).await.unwrap()["type"] == "request.delta" {
             break;
@@ -264,11 +370,18 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     let stopper = actix_rt::spawn(async move { s.shutdown().await });
     actix_rt::time::sleep(Duration::from_millis(20)).await;
     // New work is refused while draining.
-    ws_send(&mut ws, json!({"type": "request.create", "id": "b", "prompt": "abc"})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "request.create", "id": "b", "prompt": "abc"}),
+    )
+    .await;
     let mut refused = false;
     let mut finished = None;
     let close = loop {
-        match ws_frame(&mut ws).await.expect("socket ended without a close frame") {
+        match ws_frame(&mut ws)
+            .await
+            .expect("socket ended without a close frame")
+        {
             Frame::Text(t) => {
                 let ev: Value = serde_json::from_slice(&t).unwrap();
                 match (ev["type"].as_str().unwrap(), ev["id"].as_str()) {
@@ -291,5 +404,12 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     assert_eq!(finished["usage"]["completion_tokens"], 200);
     assert_eq!(close.unwrap().code, CloseCode::Away);
     stopper.await.unwrap().unwrap();
-    assert!(client().get(format!("{base2}/health")).send().await.is_err(), "listener closed");
+    assert!(
+        client()
+            .get(format!("{base2}/health"))
+            .send()
+            .await
+            .is_err(),
+        "listener closed"
+    );
 }

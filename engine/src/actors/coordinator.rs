@@ -135,7 +135,8 @@ impl Coordinator {
             return Err(EngineError::Device("the device worker failed".into()));
         }
         if self.draining {
-            self.telemetry.do_send(super::telemetry::Rejected("not_ready"));
+            self.telemetry
+                .do_send(super::telemetry::Rejected("not_ready"));
             return Err(EngineError::Draining);
         }
         let n = req.prompt.len();
@@ -162,7 +163,8 @@ impl Coordinator {
         let queue_position = match self.sched.enqueue(seq, n) {
             Ok(p) => p,
             Err(Rejection::QueueFull) => {
-                self.telemetry.do_send(super::telemetry::Rejected("queue_full"));
+                self.telemetry
+                    .do_send(super::telemetry::Rejected("queue_full"));
                 let queued = self.sched.waiting();
                 // A slot frees roughly every (mean tokens per request) steps; a few steps is a
                 // fair first retry hint, at least 100 ms so clients do not spin.
@@ -177,7 +179,11 @@ impl Coordinator {
             }
         };
         self.next_seq += 1;
-        let max_tokens = req.params.max_tokens.min(self.info.max_model_len - n).max(1);
+        let max_tokens = req
+            .params
+            .max_tokens
+            .min(self.info.max_model_len - n)
+            .max(1);
         // Every event the request can produce fits, so sends never block or fail for a slow
         // reader: max_tokens tokens + one Done.
         let (tx, rx) = mpsc::channel(max_tokens + 2);
@@ -281,9 +287,8 @@ impl Coordinator {
         self.sched.remove(seq);
         self.to_free.push(seq);
         let now = Instant::now();
-        let gone = l
-            .tx
-            .try_send(StreamEvent::Done(Finished {
+        let gone =
+            l.tx.try_send(StreamEvent::Done(Finished {
                 reason,
                 stop_token,
                 prompt_tokens: l.prompt.len(),

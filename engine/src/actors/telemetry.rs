@@ -90,8 +90,12 @@ impl Handler<StepReport> for Telemetry {
         m.step_duration_seconds
             .with_label_values(&phase)
             .observe(r.elapsed.as_secs_f64());
-        m.batch_size.with_label_values(&phase).observe(r.batch as f64);
-        m.step_tokens.with_label_values(&phase).observe(r.tokens as f64);
+        m.batch_size
+            .with_label_values(&phase)
+            .observe(r.batch as f64);
+        m.step_tokens
+            .with_label_values(&phase)
+            .observe(r.tokens as f64);
         let staged = r.clock.total();
         for s in Stage::ALL {
             let secs = if s == Stage::Other {
@@ -115,7 +119,9 @@ impl Handler<StepReport> for Telemetry {
         m.generation_tokens_total
             .with_label_values(&[&self.model])
             .inc_by(r.generated);
-        let itl = m.inter_token_latency_seconds.with_label_values(&[&self.model]);
+        let itl = m
+            .inter_token_latency_seconds
+            .with_label_values(&[&self.model]);
         for x in r.itl {
             itl.observe(x);
         }
@@ -193,7 +199,10 @@ impl Handler<Rejected> for Telemetry {
     type Result = ();
 
     fn handle(&mut self, r: Rejected, _: &mut Context<Self>) {
-        self.m.requests_rejected_total.with_label_values(&[r.0]).inc();
+        self.m
+            .requests_rejected_total
+            .with_label_values(&[r.0])
+            .inc();
     }
 }
 

@@ -63,7 +63,11 @@ async fn batched_streams_equal_each_prompt_alone() {
     // A small token budget forces chunked prefill mixed with decode.
     let h = start(dir.path(), 6, 7, 64);
     let prompts: Vec<Vec<u32>> = (0..10u32)
-        .map(|i| (0..(3 + i * 2)).map(|j| 5 + (i * 7 + j * 3) % 250).collect())
+        .map(|i| {
+            (0..(3 + i * 2))
+                .map(|j| 5 + (i * 7 + j * 3) % 250)
+                .collect()
+        })
         .collect();
     let mut subs = Vec::new();
     for p in &prompts {
@@ -119,7 +123,10 @@ async fn seeds_reproduce_and_stop_rules_apply() {
     };
     let (toks, fin) = collect(h.submit(req(vec![7, 8, 9], p)).await.unwrap()).await;
     assert_eq!(toks, a.0[..=first]);
-    assert_eq!((fin.reason, fin.stop_token), (FinishReason::Stop, Some(stop_at)));
+    assert_eq!(
+        (fin.reason, fin.stop_token),
+        (FinishReason::Stop, Some(stop_at))
+    );
     // min_tokens masks the stop id until reached.
     let p = SamplingParams {
         stop_token_ids: vec![stop_at],

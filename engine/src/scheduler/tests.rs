@@ -35,15 +35,27 @@ fn prefill_is_chunked_under_the_budget_and_decodes_go_first() {
     // Seq 1 decodes (1 token), seq 2 gets the remaining 7 of the budget.
     let p = s.plan();
     assert_eq!(p.items.len(), 2);
-    assert_eq!((p.items[0].seq, p.items[0].len, p.items[0].decode), (1, 1, true));
-    assert_eq!((p.items[1].seq, p.items[1].start, p.items[1].len), (2, 0, 7));
+    assert_eq!(
+        (p.items[0].seq, p.items[0].len, p.items[0].decode),
+        (1, 1, true)
+    );
+    assert_eq!(
+        (p.items[1].seq, p.items[1].start, p.items[1].len),
+        (2, 0, 7)
+    );
     assert!(!p.items[1].sample);
     apply(&mut s, &p);
     let p = s.plan();
-    assert_eq!((p.items[1].seq, p.items[1].start, p.items[1].len), (2, 7, 7));
+    assert_eq!(
+        (p.items[1].seq, p.items[1].start, p.items[1].len),
+        (2, 7, 7)
+    );
     apply(&mut s, &p);
     let p = s.plan();
-    assert_eq!((p.items[1].seq, p.items[1].start, p.items[1].len), (2, 14, 6));
+    assert_eq!(
+        (p.items[1].seq, p.items[1].start, p.items[1].len),
+        (2, 14, 6)
+    );
     assert!(p.items[1].sample);
     assert_eq!(p.tokens(), 7);
 }
@@ -102,7 +114,11 @@ fn random_workload_feeds_every_token_once_in_order() {
                 assert_eq!(it.start, w.2, "chunks are contiguous and in order");
                 w.2 += it.len;
                 s.on_computed(it.seq, it.len);
-                assert_eq!(it.sample, w.2 == w.0 + w.3, "sample exactly at the known end");
+                assert_eq!(
+                    it.sample,
+                    w.2 == w.0 + w.3,
+                    "sample exactly at the known end"
+                );
                 if it.sample {
                     w.3 += 1;
                     if w.3 == w.1 {

@@ -62,7 +62,13 @@ pub async fn drive(
         .collect()
 }
 
-async fn one(client: &awc::Client, cfg: &BenchConfig, model: &str, prompt: &str, t0: Instant) -> RequestResult {
+async fn one(
+    client: &awc::Client,
+    cfg: &BenchConfig,
+    model: &str,
+    prompt: &str,
+    t0: Instant,
+) -> RequestResult {
     let start = since(t0);
     let mut r = RequestResult {
         start,
@@ -72,7 +78,10 @@ async fn one(client: &awc::Client, cfg: &BenchConfig, model: &str, prompt: &str,
         "model": model, "prompt": prompt, "max_tokens": cfg.output_len, "temperature": 0.0,
         "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": cfg.ignore_eos,
     });
-    let req = auth(client.post(format!("{}/v1/completions", cfg.url)), &cfg.api_key);
+    let req = auth(
+        client.post(format!("{}/v1/completions", cfg.url)),
+        &cfg.api_key,
+    );
     let sent = Instant::now();
     let mut res = match req.send_json(&body).await {
         Ok(res) => res,
@@ -82,7 +91,10 @@ async fn one(client: &awc::Client, cfg: &BenchConfig, model: &str, prompt: &str,
         }
     };
     if !res.status().is_success() {
-        let body = res.body().await.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let body = res
+            .body()
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         r.error = format!("HTTP {}: {}", res.status(), body.unwrap_or_default());
         return r;
     }

@@ -70,7 +70,11 @@ impl Jobs {
 pub fn make_prompts(n: usize, len: usize, seed: u64) -> Vec<String> {
     let mut rng = Rng::new(seed);
     (0..n)
-        .map(|_| (0..len).map(|_| (b'a' + rng.below(26) as u8) as char).collect())
+        .map(|_| {
+            (0..len)
+                .map(|_| (b'a' + rng.below(26) as u8) as char)
+                .collect()
+        })
         .collect()
 }
 

@@ -172,13 +172,34 @@ pub fn table(s: &Summary) -> String {
     float(&mut out, "Benchmark duration (s):", s.duration);
     int(&mut out, "Total input tokens:", s.total_input);
     int(&mut out, "Total generated tokens:", s.total_output);
-    float(&mut out, "Request throughput (req/s):", s.request_throughput);
-    float(&mut out, "Output token throughput (tok/s):", s.output_throughput);
-    float(&mut out, "Peak output token throughput (tok/s):", s.peak_output_throughput);
+    float(
+        &mut out,
+        "Request throughput (req/s):",
+        s.request_throughput,
+    );
+    float(
+        &mut out,
+        "Output token throughput (tok/s):",
+        s.output_throughput,
+    );
+    float(
+        &mut out,
+        "Peak output token throughput (tok/s):",
+        s.peak_output_throughput,
+    );
     float(&mut out, "Peak concurrent requests:", s.peak_concurrency);
-    float(&mut out, "Total token throughput (tok/s):", s.total_token_throughput);
+    float(
+        &mut out,
+        "Total token throughput (tok/s):",
+        s.total_token_throughput,
+    );
     section(&mut out, "Time to First Token", "TTFT", &s.ttft_ms);
-    section(&mut out, "Time per Output Token (excl. 1st token)", "TPOT", &s.tpot_ms);
+    section(
+        &mut out,
+        "Time per Output Token (excl. 1st token)",
+        "TPOT",
+        &s.tpot_ms,
+    );
     section(&mut out, "Inter-token Latency", "ITL", &s.itl_ms);
     out.push_str(&"=".repeat(50));
     out.push('\n');
@@ -187,7 +208,8 @@ pub fn table(s: &Summary) -> String {
 
 /// vLLM's result-file keys, plus what only the WebSocket transport reports.
 pub fn result_json(s: &Summary, results: &[RequestResult], extra: Value) -> Value {
-    let ok = |f: &dyn Fn(&RequestResult) -> Value| -> Vec<Value> { results.iter().map(f).collect() };
+    let ok =
+        |f: &dyn Fn(&RequestResult) -> Value| -> Vec<Value> { results.iter().map(f).collect() };
     let mut v = json!({
         "duration": s.duration,
         "completed": s.completed,
@@ -211,7 +233,12 @@ pub fn result_json(s: &Summary, results: &[RequestResult], extra: Value) -> Valu
         "server_ttft_ms": ok(&|r| json!(r.server_ttft_ms)),
         "server_tpot_ms": ok(&|r| json!(r.server_tpot_ms)),
     });
-    for (name, st) in [("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("itl", s.itl_ms), ("e2el", s.e2el_ms)] {
+    for (name, st) in [
+        ("ttft", s.ttft_ms),
+        ("tpot", s.tpot_ms),
+        ("itl", s.itl_ms),
+        ("e2el", s.e2el_ms),
+    ] {
         v[format!("mean_{name}_ms")] = json!(st.mean);
         v[format!("median_{name}_ms")] = json!(st.median);
         v[format!("std_{name}_ms")] = json!(st.std);
@@ -251,16 +278,52 @@ mod tests {
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();
         // Python: "{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")
-        assert_eq!(lines[0], "============ Serving Benchmark Result ============");
+        assert_eq!(
+            lines[0],
+            "============ Serving Benchmark Result ============"
+        );
         // Python: "{:<40} {:<10}".format("Successful requests:", 10)
-        assert_eq!(lines[1], format!("Successful requests:{} 10{}", " ".repeat(20), " ".repeat(8)));
-        assert_eq!(lines[3], format!("Maximum request concurrency:{} 4{}", " ".repeat(12), " ".repeat(9)));
+        assert_eq!(
+            lines[1],
+            format!("Successful requests:{} 10{}", " ".repeat(20), " ".repeat(8))
+        );
+        assert_eq!(
+            lines[3],
+            format!(
+                "Maximum request concurrency:{} 4{}",
+                " ".repeat(12),
+                " ".repeat(9)
+            )
+        );
         // Python: "{:<40} {:<10.2f}".format("Benchmark duration (s):", 1.5)
-        assert_eq!(lines[4], format!("Benchmark duration (s):{} 1.50{}", " ".repeat(17), " ".repeat(6)));
-        assert_eq!(lines[7], format!("Request throughput (req/s):{} 6.67{}", " ".repeat(13), " ".repeat(6)));
-        assert_eq!(lines[12], "---------------Time to First Token----------------");
-        assert_eq!(lines[16], "-----Time per Output Token (excl. 1st token)------");
-        assert_eq!(lines[20], "---------------Inter-token Latency----------------");
+        assert_eq!(
+            lines[4],
+            format!(
+                "Benchmark duration (s):{} 1.50{}",
+                " ".repeat(17),
+                " ".repeat(6)
+            )
+        );
+        assert_eq!(
+            lines[7],
+            format!(
+                "Request throughput (req/s):{} 6.67{}",
+                " ".repeat(13),
+                " ".repeat(6)
+            )
+        );
+        assert_eq!(
+            lines[12],
+            "---------------Time to First Token----------------"
+        );
+        assert_eq!(
+            lines[16],
+            "-----Time per Output Token (excl. 1st token)------"
+        );
+        assert_eq!(
+            lines[20],
+            "---------------Inter-token Latency----------------"
+        );
         assert_eq!(*lines.last().unwrap(), "=".repeat(50));
         assert_eq!(lines.len(), 25);
         assert!(lines.iter().all(|l| l.len() == 50 || l.len() == 51));

@@ -28,7 +28,9 @@ pub async fn drive(
     let shares: Vec<usize> = (0..sockets)
         .map(|i| cfg.concurrency / sockets + usize::from(i < cfg.concurrency % sockets))
         .collect();
-    let runs = shares.into_iter().map(|share| socket(cfg, model, jobs, bar, t0, share));
+    let runs = shares
+        .into_iter()
+        .map(|share| socket(cfg, model, jobs, bar, t0, share));
     let mut out = Vec::new();
     for r in futures_util::future::join_all(runs).await {
         out.extend(r?);
@@ -59,7 +61,10 @@ async fn socket(
     if let Some(k) = &cfg.api_key {
         req = req.bearer_auth(k);
     }
-    let (_, mut ws) = req.connect().await.map_err(|e| anyhow!("websocket connect: {e}"))?;
+    let (_, mut ws) = req
+        .connect()
+        .await
+        .map_err(|e| anyhow!("websocket connect: {e}"))?;
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut out = Vec::new();
     loop {
@@ -106,7 +111,9 @@ async fn socket(
         };
         let v: Value = serde_json::from_slice(&text)?;
         let Some(id) = v["id"].as_str() else { continue };
-        let Some(p) = pending.get_mut(id) else { continue };
+        let Some(p) = pending.get_mut(id) else {
+            continue;
+        };
         match v["type"].as_str() {
             Some("request.delta") => {
                 let now = Instant::now();
@@ -118,7 +125,9 @@ async fn socket(
                 p.r.text.push_str(v["text"].as_str().unwrap_or(""));
             }
             Some("request.done") | Some("error") => {
-                let Some(mut p) = pending.remove(id) else { continue };
+                let Some(mut p) = pending.remove(id) else {
+                    continue;
+                };
                 if v["type"] == "error" || v["finish_reason"] == "error" {
                     p.r.error = v["error"].to_string();
                 } else {

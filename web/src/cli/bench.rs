@@ -66,7 +66,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .find(|r| !r.success)
             .map(|r| r.error.clone())
             .unwrap_or_default();
-        eprintln!("{} requests failed; first error: {first}", out.summary.failed);
+        eprintln!(
+            "{} requests failed; first error: {first}",
+            out.summary.failed
+        );
     }
     Ok(())
 }

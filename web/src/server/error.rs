@@ -148,7 +148,9 @@ impl ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::Overloaded { retry_after_ms, .. } => ApiError::Overloaded { retry_after_ms },
+            EngineError::Overloaded { retry_after_ms, .. } => {
+                ApiError::Overloaded { retry_after_ms }
+            }
             EngineError::Draining => ApiError::Draining,
             EngineError::InvalidInput(m) => ApiError::Invalid {
                 message: m,
@@ -201,6 +203,9 @@ mod tests {
         assert_eq!(o.ws().code, "server_overloaded");
         let r = o.error_response();
         assert_eq!(r.headers().get("Retry-After").unwrap(), "2");
-        assert_eq!(ApiError::ModelNotFound("x".into()).status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            ApiError::ModelNotFound("x".into()).status(),
+            StatusCode::NOT_FOUND
+        );
     }
 }

@@ -64,7 +64,10 @@ pub fn start(cfg: ServerConfig) -> anyhow::Result<Server> {
         .ok_or_else(|| anyhow!("{} has no tokenizer.json; serving needs one", dir.display()))?;
     let template = ChatTemplate::from_model_dir(&dir)?;
     if template.is_none() {
-        tracing::warn!("{} has no chat template: /v1/chat/completions will refuse", dir.display());
+        tracing::warn!(
+            "{} has no chat template: /v1/chat/completions will refuse",
+            dir.display()
+        );
     }
     let engine = EngineHandle::start(cfg.engine.clone())
         .with_context(|| format!("loading {}", dir.display()))?;

@@ -181,7 +181,9 @@ async fn run(
     let mut text = String::new();
     let outcome = loop {
         let Some(c) = gen_.next().await else {
-            return Err(ApiError::Internal("the stream ended without an outcome".into()));
+            return Err(ApiError::Internal(
+                "the stream ended without an outcome".into(),
+            ));
         };
         text.push_str(&c.text);
         if let Some(o) = c.done {
@@ -234,7 +236,9 @@ fn wire_reason(o: &Outcome) -> Result<&'static str, ApiError> {
         "stop" | "length" => Ok(o.finish_reason),
         "cancelled" => Err(ApiError::Draining),
         _ => Err(ApiError::Internal(
-            o.error.clone().unwrap_or_else(|| "generation failed".into()),
+            o.error
+                .clone()
+                .unwrap_or_else(|| "generation failed".into()),
         )),
     }
 }
@@ -263,7 +267,12 @@ fn event(v: &impl serde::Serialize) -> Bytes {
 }
 
 impl Sse {
-    fn chat_chunk(&self, delta: ChatDelta, finish: Option<&Outcome>, reason: Option<&str>) -> Bytes {
+    fn chat_chunk(
+        &self,
+        delta: ChatDelta,
+        finish: Option<&Outcome>,
+        reason: Option<&str>,
+    ) -> Bytes {
         event(&ChatCompletionChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk".into(),
@@ -366,8 +375,12 @@ impl Sse {
                             self.content(String::new(), &mut out);
                         }
                         out.push(match self.kind {
-                            Kind::Chat => self.chat_chunk(ChatDelta::default(), Some(&o), Some(reason)),
-                            Kind::Completion => self.text_chunk(String::new(), Some(&o), Some(reason)),
+                            Kind::Chat => {
+                                self.chat_chunk(ChatDelta::default(), Some(&o), Some(reason))
+                            }
+                            Kind::Completion => {
+                                self.text_chunk(String::new(), Some(&o), Some(reason))
+                            }
                         });
                         if self.include_usage {
                             out.push(self.usage_chunk(o.usage));

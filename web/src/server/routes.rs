@@ -4,8 +4,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use amdahl_protocol::openai::{
-    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest,
-    TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
 };
 
 use super::error::ApiError;

@@ -22,7 +22,8 @@ const MAX_STOP_CHARS: usize = 256;
 pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid("body", format!("reading the body: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid("body", format!("reading the body: {e}")))?;
         if buf.len() + chunk.len() > limit {
             return Err(ApiError::TooLarge { limit });
         }
@@ -153,7 +154,10 @@ pub fn check_sampling(
     ] {
         in_range(name, v, -2.0, 2.0, false)?;
         if v.is_some_and(|x| x != 0.0) {
-            return Err(ApiError::unsupported(name, format!("`{name}` is not supported; send 0 or omit it")));
+            return Err(ApiError::unsupported(
+                name,
+                format!("`{name}` is not supported; send 0 or omit it"),
+            ));
         }
     }
     let top_k = match f.top_k {
@@ -212,7 +216,10 @@ pub fn check_sampling(
     if let Some(s) = stops.iter().find(|s| s.chars().count() > MAX_STOP_CHARS) {
         return Err(ApiError::invalid(
             "stop",
-            format!("stop strings are limited to {MAX_STOP_CHARS} characters; one has {}", s.chars().count()),
+            format!(
+                "stop strings are limited to {MAX_STOP_CHARS} characters; one has {}",
+                s.chars().count()
+            ),
         ));
     }
     let mut stop_token_ids = Vec::new();
@@ -245,7 +252,10 @@ pub fn check_sampling(
 
 fn message_text(i: usize, m: &ChatMessage) -> Result<TemplateMessage, ApiError> {
     if m.role.is_empty() {
-        return Err(ApiError::invalid(&format!("messages[{i}].role"), "`role` must not be empty"));
+        return Err(ApiError::invalid(
+            &format!("messages[{i}].role"),
+            "`role` must not be empty",
+        ));
     }
     let content = match &m.content {
         None => String::new(),
@@ -300,7 +310,10 @@ pub async fn tokenize(
             .map_err(ApiError::from),
         PromptSource::Chat(messages) => {
             if messages.is_empty() {
-                return Err(ApiError::invalid("messages", "`messages` must not be empty"));
+                return Err(ApiError::invalid(
+                    "messages",
+                    "`messages` must not be empty",
+                ));
             }
             let msgs = messages
                 .iter()

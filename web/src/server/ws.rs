@@ -49,8 +49,10 @@ pub async fn ws_route(
         .flat_map(|v| v.split(','))
         .any(|p| p.trim() == SUBPROTOCOL);
     if offered {
-        res.headers_mut()
-            .insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(SUBPROTOCOL));
+        res.headers_mut().insert(
+            SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(SUBPROTOCOL),
+        );
     }
     let limit = state.limits.max_ws_message_bytes;
     let stream = stream
@@ -207,7 +209,8 @@ impl Conn {
     }
 
     async fn send(&mut self, ev: &ServerEvent) -> Result<(), End> {
-        let text = serde_json::to_string(ev).map_err(|_| End::Close(CloseCode::Error, "encoding"))?;
+        let text =
+            serde_json::to_string(ev).map_err(|_| End::Close(CloseCode::Error, "encoding"))?;
         match tokio::time::timeout(STALL_LIMIT, self.session.text(text)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(End::ClientGone),
@@ -229,7 +232,7 @@ impl Conn {
         match ev {
             ClientEvent::Ping { nonce } => self.send(&ServerEvent::Pong { nonce }).await,
             ClientEvent::Cancel { id } => self.cancel(id).await,
-            ClientEvent::Create(c) => self.create(c).await,
+            ClientEvent::Create(c) => self.create(*c).await,
         }
     }
 
@@ -237,7 +240,11 @@ impl Conn {
         let Some(f) = self.inflight.remove(&id) else {
             return self
                 .send(&ServerEvent::Error {
-                    error: ws_err("unknown_request", 400, format!("no request `{id}` is in flight")),
+                    error: ws_err(
+                        "unknown_request",
+                        400,
+                        format!("no request `{id}` is in flight"),
+                    ),
                     id: Some(id),
                 })
                 .await;
@@ -268,14 +275,21 @@ impl Conn {
             error: e,
         };
         if self.inflight.contains_key(&id) {
-            let e = ws_err("duplicate_id", 400, format!("request `{id}` is already in flight"));
+            let e = ws_err(
+                "duplicate_id",
+                400,
+                format!("request `{id}` is already in flight"),
+            );
             return self.send(&refuse(e)).await;
         }
         if self.inflight.len() >= self.state.limits.ws_max_inflight {
             let e = ws_err(
                 "too_many_requests",
                 429,
-                format!("at most {} requests in flight per socket", self.state.limits.ws_max_inflight),
+                format!(
+                    "at most {} requests in flight per socket",
+                    self.state.limits.ws_max_inflight
+                ),
             );
             return self.send(&refuse(e)).await;
         }
@@ -339,7 +353,10 @@ impl Conn {
         };
         let p = c.params;
         if p.logprobs.is_some_and(|n| n > 0) {
-            return Err(ApiError::unsupported("params.logprobs", "logprobs are not supported"));
+            return Err(ApiError::unsupported(
+                "params.logprobs",
+                "logprobs are not supported",
+            ));
         }
         let fields = SamplingFields {
             max_tokens: p.max_tokens,
@@ -353,7 +370,13 @@ impl Conn {
             ..Default::default()
         };
         let checked = check_sampling(&fields, p.max_tokens, self.state.info().vocab_size)?;
-        let prepared = prepare(&self.state, source, checked, MaxTokensDefault::RestOfContext).await?;
+        let prepared = prepare(
+            &self.state,
+            source,
+            checked,
+            MaxTokensDefault::RestOfContext,
+        )
+        .await?;
         Generation::start(&self.state, prepared, Transport::Ws).await
     }
 
@@ -388,7 +411,10 @@ impl Conn {
         }
         if let Some(o) = c.done {
             self.inflight.remove(&id);
-            let error = o.error.as_ref().map(|m| ApiError::Internal(m.clone()).detail());
+            let error = o
+                .error
+                .as_ref()
+                .map(|m| ApiError::Internal(m.clone()).detail());
             let done = ServerEvent::Done {
                 id,
                 finish_reason: o.finish_reason.into(),

@@ -1,7 +1,7 @@
 //! Shared helpers for the server tests: a tiny random model folder, an in-process server on
 //! 127.0.0.1 port 0, and small HTTP / SSE / WebSocket client helpers (awc).
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::panic, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;
@@ -141,8 +141,18 @@ pub async fn metric(c: &awc::Client, base: &str, series: &str) -> f64 {
 /// Polls until the running and waiting gauges are both 0.
 pub async fn wait_idle(c: &awc::Client, base: &str) {
     for _ in 0..400 {
-        let running = metric(c, base, &format!("amdahl_requests_running{{model=\"{MODEL}\"}}")).await;
-        let waiting = metric(c, base, &format!("amdahl_requests_waiting{{model=\"{MODEL}\"}}")).await;
+        let running = metric(
+            c,
+            base,
+            &format!("amdahl_requests_running{{model=\"{MODEL}\"}}"),
+        )
+        .await;
+        let waiting = metric(
+            c,
+            base,
+            &format!("amdahl_requests_waiting{{model=\"{MODEL}\"}}"),
+        )
+        .await;
         if running == 0.0 && waiting == 0.0 {
             return;
         }
