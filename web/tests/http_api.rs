@@ -166,16 +166,33 @@ async fn chat_and_completions_streamed_and_not() {
     .await
     .1;
     let long_text = long["choices"][0]["text"].as_str().unwrap().to_string();
-    let stop: String = long_text.chars().skip(5).take(2).collect();
-    if !stop.contains('\u{FFFD}') {
-        let mut body = greedy_completion(json!("hello"), 40);
-        body["stop"] = json!([stop]);
-        let v = post(&c, &format!("{base}/v1/completions"), &body).await.1;
-        let cut = &long_text[..long_text.find(&stop).unwrap()];
-        assert_eq!(v["choices"][0]["text"], cut);
-        assert_eq!(v["choices"][0]["finish_reason"], "stop");
-        assert_eq!(v["choices"][0]["stop_reason"], json!(stop));
+    // A 2-character stop string taken from the middle of the greedy output (skipping the
+    // lossy replacement char, which cannot be matched as text).
+    let chars: Vec<char> = long_text.chars().collect();
+    let stop: String = (3..chars.len() - 1)
+        .map(|i| chars[i..i + 2].iter().collect::<String>())
+        .find(|w: &String| !w.contains('\u{FFFD}'))
+        .expect("a stop candidate in 40 tokens");
+    let mut body = greedy_completion(json!("hello"), 40);
+    body["stop"] = json!([stop]);
+    let v = post(&c, &format!("{base}/v1/completions"), &body).await.1;
+    let cut = &long_text[..long_text.find(&stop).unwrap()];
+    assert_eq!(v["choices"][0]["text"], cut);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["choices"][0]["stop_reason"], json!(stop));
+    // The same over SSE: the final chunk says stop, nothing past the cut is streamed.
+    body["stream"] = json!(true);
+    let events = stream(&c, &format!("{base}/v1/completions"), &body).await;
+    let mut text = String::new();
+    let mut reason = Value::Null;
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
+        if !v["choices"][0]["finish_reason"].is_null() {
+            reason = v["choices"][0]["finish_reason"].clone();
+        }
     }
+    assert_eq!((text.as_str(), reason), (cut, json!("stop")));
 
     s.shutdown().await.unwrap();
 }
