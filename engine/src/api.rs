@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::Addr;
 use tokio::sync::mpsc;
 
-use crate::actors::coordinator::{Coordinator, Drain, GetStats, Submit};
+use crate::actors::coordinator::{CancelSeq, Coordinator, Drain, GetStats, StopSeq, Submit};
 pub use crate::chat_template::ChatTemplate;
 pub use crate::detok::{StopMatch, TextStream};
 use crate::error::{EngineError, Result};
@@ -252,6 +252,18 @@ impl EngineHandle {
             .send(GetStats)
             .await
             .map_err(|_| EngineError::Shutdown)
+    }
+
+    /// Ends a request as `stop` because the edge matched a stop string in its text (the caller
+    /// then drops the receiver). Fire and forget: a request that already ended is ignored.
+    pub fn stop(&self, seq: SeqId) {
+        self.coord.do_send(StopSeq(seq));
+    }
+
+    /// Cancels a request on the client's explicit request (dropping the receiver does the same
+    /// but is counted as a client that left).
+    pub fn cancel(&self, seq: SeqId) {
+        self.coord.do_send(CancelSeq(seq));
     }
 
     /// Stops admitting; running and queued requests continue.

@@ -193,6 +193,13 @@ async fn chat_and_completions_streamed_and_not() {
         }
     }
     assert_eq!((text.as_str(), reason), (cut, json!("stop")));
+    // The engine records both as `stop`, not as clients that left.
+    wait_idle(&c, &base).await;
+    let finished = |r: &str| {
+        format!("amdahl_requests_finished_total{{finish_reason=\"{r}\",model=\"{MODEL}\"}}")
+    };
+    assert_eq!(metric(&c, &base, &finished("stop")).await, 2.0);
+    assert_eq!(metric(&c, &base, &finished("client_gone")).await, 0.0);
 
     s.shutdown().await.unwrap();
 }

@@ -194,6 +194,9 @@ async fn cancel_and_disconnect_free_the_slot() {
     assert_eq!(done["finish_reason"], "cancelled");
     assert!(done["usage"]["completion_tokens"].as_u64().unwrap() >= 3);
     wait_idle(&c, &base).await;
+    let cancelled =
+        format!("amdahl_requests_finished_total{{finish_reason=\"cancelled\",model=\"{MODEL}\"}}");
+    assert_eq!(metric(&c, &base, &cancelled).await, 1.0);
     // Cancelling again: unknown_request, socket unaffected.
     ws_send(&mut ws, json!({"type": "request.cancel", "id": "a"})).await;
     let ev = ws_next(&mut ws).await.unwrap();
@@ -358,7 +361,7 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     ws_send(
         &mut ws,
         json!({"type": "request.create", "id": "a", "prompt": "abc",
-        "params": {"max_tokens": 200, "temperature": 0, "ignore_eos": true}}),
+        "params": {"max_tokens": 1500, "temperature": 0, "ignore_eos": true}}),
     )
     .await;
     loop {
@@ -368,7 +371,18 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     }
     let base2 = base.clone();
     let stopper = actix_rt::spawn(async move { s.shutdown().await });
-    actix_rt::time::sleep(Duration::from_millis(20)).await;
+    // Wait until the server reports draining, while request `a` is still streaming.
+    let c = client();
+    let mut draining = false;
+    for _ in 0..500 {
+        let res = c.get(format!("{base2}/health")).send().await.unwrap();
+        if res.status().as_u16() == 503 {
+            draining = true;
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(draining, "/health turns 503 while draining");
     // New work is refused while draining.
     ws_send(
         &mut ws,
@@ -401,7 +415,7 @@ async fn graceful_shutdown_finishes_work_and_closes_sockets_1001() {
     assert!(refused);
     let finished = finished.expect("in-flight request finished before the close");
     assert_eq!(finished["finish_reason"], "length");
-    assert_eq!(finished["usage"]["completion_tokens"], 200);
+    assert_eq!(finished["usage"]["completion_tokens"], 1500);
     assert_eq!(close.unwrap().code, CloseCode::Away);
     stopper.await.unwrap().unwrap();
     assert!(

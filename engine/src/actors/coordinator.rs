@@ -37,6 +37,16 @@ pub struct Submit(pub GenerateRequest);
 #[rtype(result = "()")]
 pub struct Drain;
 
+/// The edge matched a stop string: end the sequence as `stop` (not as a client that left).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopSeq(pub SeqId);
+
+/// The client cancelled explicitly (WebSocket `request.cancel`): counted as `cancelled`.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct CancelSeq(pub SeqId);
+
 /// Ask for load counts.
 #[derive(Debug, Message)]
 #[rtype(result = "EngineStats")]
@@ -482,6 +492,29 @@ impl Handler<Drain> for Coordinator {
 
     fn handle(&mut self, _: Drain, _: &mut Context<Self>) {
         self.draining = true;
+    }
+}
+
+impl Handler<StopSeq> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopSeq, _: &mut Context<Self>) {
+        // The edge drops the receiver right after asking, so no Done is sent and a closed
+        // channel here does not mean the client left.
+        let Some(l) = self.live.remove(&msg.0) else {
+            return;
+        };
+        self.sched.remove(msg.0);
+        self.to_free.push(msg.0);
+        self.report(&l, FinishReason::Stop, false, Instant::now());
+    }
+}
+
+impl Handler<CancelSeq> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelSeq, _: &mut Context<Self>) {
+        self.cancel(msg.0, false);
     }
 }
 

@@ -42,6 +42,8 @@ pub struct Chunk {
 #[derive(Debug)]
 pub struct Generation {
     pub request_id: String,
+    pub seq: amdahl_engine::api::SeqId,
+    engine: amdahl_engine::api::EngineHandle,
     pub queue_position: usize,
     pub prompt_tokens: usize,
     sub: Option<Submission>,
@@ -90,6 +92,8 @@ impl Generation {
             .await?;
         Ok(Self {
             request_id: sub.request_id.clone(),
+            seq: sub.seq,
+            engine: state.engine.clone(),
             queue_position: sub.queue_position,
             prompt_tokens,
             sub: Some(sub),
@@ -122,6 +126,7 @@ impl Generation {
                         Ok(d) => {
                             chunk.text.push_str(&d.text);
                             if let Some(stop) = d.stop {
+                                self.engine.stop(self.seq);
                                 chunk.done = Some(self.stopped_by_string(stop.0));
                                 break;
                             }

@@ -72,6 +72,7 @@ pub async fn ws_route(
 
 struct Inflight {
     abort: AbortHandle,
+    engine_seq: amdahl_engine::api::SeqId,
     seq: u64,
     include_token_ids: bool,
     prompt_tokens: usize,
@@ -249,6 +250,7 @@ impl Conn {
                 })
                 .await;
         };
+        self.state.engine.cancel(f.engine_seq);
         f.abort.abort();
         let now = Instant::now();
         let first = f.first_token.unwrap_or(now);
@@ -317,6 +319,7 @@ impl Conn {
             id.clone(),
             Inflight {
                 abort,
+                engine_seq: g.seq,
                 seq: 0,
                 include_token_ids,
                 prompt_tokens: g.prompt_tokens,
