@@ -9,6 +9,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod ops;
 pub mod profile;
+pub mod quant;
 pub mod rng;
 pub mod tensor;
 pub mod tokenizer;

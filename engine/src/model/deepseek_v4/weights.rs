@@ -1,5 +1,7 @@
 //! Loading DeepSeek-V4 weights by their official names (model-spec §3.2), checking every shape
-//! against the config. Dense weights keep their stored dtype; small vectors become f32.
+//! against the config. Dense weights keep their stored dtype, quantized linears stay packed in
+//! the format the checkpoint stores and its quantization config allows (see `quant::load`);
+//! small vectors become f32.
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{AttnKind, MlpKind, ModelConfig};
@@ -8,6 +10,7 @@ use crate::ops::attention::{Compressor, Indexer};
 use crate::ops::linear::Linear;
 use crate::ops::mhc::{HyperConnection, HyperHead};
 use crate::ops::moe::{Expert, MoeBlock, Router, Selection};
+use crate::quant::{Kind, QuantConfig, load::load_linear};
 
 /// Attention weights of one layer.
 #[derive(Debug, Clone)]
@@ -48,6 +51,7 @@ pub struct ModelWeights {
 struct Loader<'a> {
     ck: &'a Checkpoint,
     cfg: &'a ModelConfig,
+    quant: &'a QuantConfig,
 }
 
 impl Loader<'_> {
@@ -56,7 +60,7 @@ impl Loader<'_> {
     }
 
     fn linear(&self, prefix: &str, out: usize, inp: usize) -> Result<Linear> {
-        Linear::from_tensor(self.ck.get(&format!("{prefix}.weight"))?, out, inp)
+        load_linear(self.ck, self.quant, prefix, out, inp)
     }
 
     fn hc(&self, prefix: &str) -> Result<HyperConnection> {
@@ -152,10 +156,23 @@ impl Loader<'_> {
 
     fn expert(&self, prefix: &str, inter: usize) -> Result<Expert> {
         let d = self.cfg.hidden_size;
+        let w1 = self.linear(&format!("{prefix}.w1"), inter, d)?;
+        let w3 = self.linear(&format!("{prefix}.w3"), inter, d)?;
+        // Engines fuse gate and up into one GEMM with one set of global scales.
+        let (f1, f3) = (w1.data.format(), w3.data.format());
+        if f1 != f3 && (f1.kind() != Kind::Dense || f3.kind() != Kind::Dense) {
+            return Err(EngineError::Quantization {
+                module: prefix.to_string(),
+                message: format!(
+                    "w1 (gate) is {f1} but w3 (up) is {f3}; the fused gate/up pair must share \
+                     one format"
+                ),
+            });
+        }
         Ok(Expert {
-            w1: self.linear(&format!("{prefix}.w1"), inter, d)?,
+            w1,
             w2: self.linear(&format!("{prefix}.w2"), d, inter)?,
-            w3: self.linear(&format!("{prefix}.w3"), inter, d)?,
+            w3,
             limit: self.cfg.swiglu_limit,
         })
     }
@@ -208,8 +225,14 @@ impl Loader<'_> {
 }
 
 impl ModelWeights {
+    /// Loads with the quantization config found next to the checkpoint (`config.json`,
+    /// `hf_quant_config.json`).
     pub fn load(ck: &Checkpoint, cfg: &ModelConfig) -> Result<Self> {
-        let ld = Loader { ck, cfg };
+        Self::load_with(ck, cfg, &QuantConfig::from_dir(ck.dir())?)
+    }
+
+    pub fn load_with(ck: &Checkpoint, cfg: &ModelConfig, quant: &QuantConfig) -> Result<Self> {
+        let ld = Loader { ck, cfg, quant };
         let (v, d) = (cfg.vocab_size, cfg.hidden_size);
         let embed = ld.linear("embed", v, d)?;
         let head = if ck.contains("head.weight") || !cfg.tie_word_embeddings {
