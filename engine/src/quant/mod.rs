@@ -13,6 +13,7 @@ pub mod load;
 pub mod mxfp4;
 pub mod nvfp4;
 pub mod resolve;
+pub mod store;
 pub mod weight;
 
 pub use config::{Algo, Base, ModelOpt, QuantConfig};

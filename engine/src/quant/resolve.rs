@@ -184,12 +184,21 @@ impl QuantConfig {
                 e.why = format!("{file}: excluded by `{p}`; base rule: {}", e.why);
                 return e;
             }
-            if let Some((p, algo)) = mo.layers.iter().find(|(p, _)| pattern_matches(p, module)) {
+            // An entry naming the module exactly wins over wildcard entries (JSON objects carry
+            // no order to break the tie otherwise).
+            let is_glob = |p: &str| p.contains(['*', '?']);
+            let hit = mo
+                .layers
+                .iter()
+                .filter(|(p, _)| !is_glob(p))
+                .chain(mo.layers.iter().filter(|(p, _)| is_glob(p)))
+                .find(|(p, _)| pattern_matches(p, module));
+            if let Some((p, algo)) = hit {
                 return Expect::algo(*algo, format!("{file}: quantized_layers `{p}` = {}", algo.name()));
             }
             match mo.algo {
                 Some(algo) if role != Role::Router => {
-                    return Expect::algo(*&algo, format!("{file}: quant_algo {}", algo.name()));
+                    return Expect::algo(algo, format!("{file}: quant_algo {}", algo.name()));
                 }
                 _ => {}
             }

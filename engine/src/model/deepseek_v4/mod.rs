@@ -6,6 +6,7 @@
 
 mod attention;
 pub mod modules;
+pub mod quantize;
 pub mod synthetic;
 pub mod weights;
 

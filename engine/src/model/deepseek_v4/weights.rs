@@ -269,3 +269,45 @@ impl ModelWeights {
         })
     }
 }
+
+impl ModelWeights {
+    /// Visits every linear layer with its official module name (the groups of the split
+    /// `wo_a` share one name). Calibration attaches observers through it.
+    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&str, &mut Linear)) {
+        f("embed", &mut self.embed);
+        f("head", &mut self.head);
+        for (l, lw) in self.layers.iter_mut().enumerate() {
+            let a = format!("layers.{l}.attn");
+            let at = &mut lw.attn;
+            f(&format!("{a}.wq_a"), &mut at.wq_a);
+            f(&format!("{a}.wq_b"), &mut at.wq_b);
+            f(&format!("{a}.wkv"), &mut at.wkv);
+            for g in &mut at.wo_a {
+                f(&format!("{a}.wo_a"), g);
+            }
+            f(&format!("{a}.wo_b"), &mut at.wo_b);
+            if let Some(c) = &mut at.compressor {
+                f(&format!("{a}.compressor.wkv"), &mut c.wkv);
+                f(&format!("{a}.compressor.wgate"), &mut c.wgate);
+            }
+            if let Some(ix) = &mut at.indexer {
+                f(&format!("{a}.indexer.wq_b"), &mut ix.wq_b);
+                f(&format!("{a}.indexer.weights_proj"), &mut ix.weights_proj);
+                f(&format!("{a}.indexer.compressor.wkv"), &mut ix.compressor.wkv);
+                f(&format!("{a}.indexer.compressor.wgate"), &mut ix.compressor.wgate);
+            }
+            let p = format!("layers.{l}.ffn");
+            f(&format!("{p}.gate"), &mut lw.moe.router.weight);
+            for (e, ex) in lw.moe.experts.iter_mut().enumerate() {
+                f(&format!("{p}.experts.{e}.w1"), &mut ex.w1);
+                f(&format!("{p}.experts.{e}.w3"), &mut ex.w3);
+                f(&format!("{p}.experts.{e}.w2"), &mut ex.w2);
+            }
+            if let Some(s) = &mut lw.moe.shared {
+                f(&format!("{p}.shared_experts.w1"), &mut s.w1);
+                f(&format!("{p}.shared_experts.w3"), &mut s.w3);
+                f(&format!("{p}.shared_experts.w2"), &mut s.w2);
+            }
+        }
+    }
+}
