@@ -5,6 +5,7 @@
 //! the same code, so they agree by construction.
 
 mod attention;
+pub mod info;
 pub mod modules;
 pub mod quantize;
 pub mod synthetic;

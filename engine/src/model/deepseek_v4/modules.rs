@@ -87,3 +87,30 @@ pub fn linear_modules(c: &ModelConfig) -> Vec<LinearModule> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::deepseek_v4::DeepseekV4;
+    use crate::model::deepseek_v4::synthetic::TinySpec;
+
+    #[test]
+    fn the_list_is_what_the_loader_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        TinySpec::default().write(dir.path(), 1).unwrap();
+        let mut m = DeepseekV4::load(dir.path()).unwrap();
+        let mut loaded: Vec<(String, usize, usize)> = Vec::new();
+        m.weights.for_each_linear(&mut |name, lin| {
+            // wo_a is held as o_groups row blocks; merge them back.
+            match loaded.last_mut() {
+                Some(last) if last.0 == name => last.1 += lin.out_features,
+                _ => loaded.push((name.to_string(), lin.out_features, lin.in_features)),
+            }
+        });
+        let listed: Vec<(String, usize, usize)> = linear_modules(&m.cfg)
+            .into_iter()
+            .map(|x| (x.name, x.out, x.inp))
+            .collect();
+        assert_eq!(loaded, listed);
+    }
+}
