@@ -160,9 +160,8 @@ impl Checkpoint {
             self.entries.insert(name, entry);
             Ok(())
         };
-        let fused = fused_mxfp4(&canonical).or_else(|| {
-            fused_experts(&canonical).map(|(prefix, kind)| (prefix, kind, "weight"))
-        });
+        let fused = fused_mxfp4(&canonical)
+            .or_else(|| fused_experts(&canonical).map(|(prefix, kind)| (prefix, kind, "weight")));
         if let Some((prefix, kind, leaf)) = fused {
             if h.shape.len() < 3 {
                 return Err(EngineError::BadTensor {

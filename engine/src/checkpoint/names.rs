@@ -234,7 +234,9 @@ mod tests {
         );
         assert_eq!(fused_experts("layers.1.ffn.shared_experts.w2.weight"), None);
         assert_eq!(
-            fused_mxfp4(&canonical_name("model.layers.1.mlp.experts.gate_up_proj_blocks")),
+            fused_mxfp4(&canonical_name(
+                "model.layers.1.mlp.experts.gate_up_proj_blocks"
+            )),
             Some((
                 "layers.1.ffn.experts".to_string(),
                 FusedExperts::GateUp,
@@ -243,7 +245,11 @@ mod tests {
         );
         assert_eq!(
             fused_mxfp4("layers.1.ffn.experts.down_proj_scales"),
-            Some(("layers.1.ffn.experts".to_string(), FusedExperts::Down, "scale"))
+            Some((
+                "layers.1.ffn.experts".to_string(),
+                FusedExperts::Down,
+                "scale"
+            ))
         );
         assert_eq!(fused_mxfp4("layers.1.ffn.experts.down_proj"), None);
     }

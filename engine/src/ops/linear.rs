@@ -135,9 +135,18 @@ impl Linear {
         let k = self.in_features;
         let step = (rows * k).max(1);
         let datas: Vec<WeightData> = match &self.data {
-            WeightData::F32(w) => w.chunks(step).map(|c| WeightData::F32(c.to_vec())).collect(),
-            WeightData::Bf16(w) => w.chunks(step).map(|c| WeightData::Bf16(c.to_vec())).collect(),
-            WeightData::F16(w) => w.chunks(step).map(|c| WeightData::F16(c.to_vec())).collect(),
+            WeightData::F32(w) => w
+                .chunks(step)
+                .map(|c| WeightData::F32(c.to_vec()))
+                .collect(),
+            WeightData::Bf16(w) => w
+                .chunks(step)
+                .map(|c| WeightData::Bf16(c.to_vec()))
+                .collect(),
+            WeightData::F16(w) => w
+                .chunks(step)
+                .map(|c| WeightData::F16(c.to_vec()))
+                .collect(),
             WeightData::Quant(q) => q
                 .split_rows(parts)
                 .into_iter()

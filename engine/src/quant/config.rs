@@ -101,7 +101,11 @@ fn strings(file: &str, field: &str, v: Option<&Value>) -> Result<Vec<String>> {
             .enumerate()
             .map(|(i, s)| {
                 s.as_str().map(str::to_string).ok_or_else(|| {
-                    cerr(file, &format!("{field}[{i}]"), format!("expected a string, got {s}"))
+                    cerr(
+                        file,
+                        &format!("{field}[{i}]"),
+                        format!("expected a string, got {s}"),
+                    )
                 })
             })
             .collect(),
@@ -198,9 +202,7 @@ fn parse_modelopt(file: &str, prefix: &str, q: &Map<String, Value>) -> Result<Op
             cerr(
                 file,
                 &f("quant_algo"),
-                format!(
-                    "`{algo_s}` is not supported (NVFP4, W4A16_NVFP4, FP8, MIXED_PRECISION)"
-                ),
+                format!("`{algo_s}` is not supported (NVFP4, W4A16_NVFP4, FP8, MIXED_PRECISION)"),
             )
         })?;
         check_group_size(file, &f("group_size"), q.get("group_size"), algo)?;
@@ -229,7 +231,10 @@ impl QuantConfig {
                 .map(Some)
                 .map_err(|e| cerr(name, "<json>", format!("not valid JSON: {e}")))
         };
-        Self::from_json(read("config.json")?.as_ref(), read("hf_quant_config.json")?.as_ref())
+        Self::from_json(
+            read("config.json")?.as_ref(),
+            read("hf_quant_config.json")?.as_ref(),
+        )
     }
 
     /// Interprets the parsed `config.json` and `hf_quant_config.json`.
@@ -301,9 +306,9 @@ impl QuantConfig {
                     return Err(cerr(file, &field("fmt"), format!("`{fmt}` is not e4m3")));
                 }
                 if let Some(b) = obj.get("weight_block_size").filter(|v| !v.is_null()) {
-                    let ok = b.as_array().is_some_and(|a| {
-                        a.len() == 2 && a.iter().all(|x| x.as_u64() == Some(128))
-                    });
+                    let ok = b
+                        .as_array()
+                        .is_some_and(|a| a.len() == 2 && a.iter().all(|x| x.as_u64() == Some(128)));
                     if !ok {
                         return Err(cerr(
                             file,
@@ -349,5 +354,55 @@ impl QuantConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl QuantConfig {
+    /// One line describing what the configs declare.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        match &self.base {
+            Base::Dense => {}
+            Base::Fp8Block { ue8m0, exclude } => parts.push(format!(
+                "quant_method fp8 (128×128 blocks, {} scales{})",
+                if *ue8m0 { "ue8m0" } else { "f32" },
+                if exclude.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} excluded patterns", exclude.len())
+                }
+            )),
+        }
+        if self.expert_fp4 {
+            parts.push("expert_dtype fp4".into());
+        }
+        if let Some(ex) = &self.mxfp4 {
+            parts.push(format!(
+                "quant_method mxfp4 (routed experts; {} excluded patterns)",
+                ex.len()
+            ));
+        }
+        if let Some(mo) = &self.modelopt {
+            parts.push(format!(
+                "ModelOpt {} from {} ({} excluded patterns{}{})",
+                mo.algo.map_or("MIXED_PRECISION", Algo::name),
+                mo.file,
+                mo.exclude.len(),
+                if mo.layers.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} quantized_layers entries", mo.layers.len())
+                },
+                mo.kv_cache_quant_algo
+                    .as_ref()
+                    .map(|k| format!(", kv cache {k}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if parts.is_empty() {
+            "none (dense)".into()
+        } else {
+            parts.join("; ")
+        }
     }
 }

@@ -98,7 +98,10 @@ impl Fp8Block {
         if codes.len() != rows * cols {
             return Err(qerr(
                 module,
-                format!("FP8 weight holds {} bytes, expected {rows}×{cols}", codes.len()),
+                format!(
+                    "FP8 weight holds {} bytes, expected {rows}×{cols}",
+                    codes.len()
+                ),
             ));
         }
         let n = match &scales {
@@ -248,7 +251,10 @@ impl Fp8Tensor {
         if codes.len() != rows * cols {
             return Err(qerr(
                 module,
-                format!("FP8 weight holds {} bytes, expected {rows}×{cols}", codes.len()),
+                format!(
+                    "FP8 weight holds {} bytes, expected {rows}×{cols}",
+                    codes.len()
+                ),
             ));
         }
         check_f32_scale(module, "weight_scale", 0, scale, false)?;
@@ -285,7 +291,11 @@ impl Fp8Tensor {
 
     pub fn dequant_rows(&self, start: usize, n: usize, out: &mut Vec<f32>) {
         let range = start * self.cols..(start + n) * self.cols;
-        out.extend(self.codes[range].iter().map(|&c| e4m3::decode(c) * self.scale));
+        out.extend(
+            self.codes[range]
+                .iter()
+                .map(|&c| e4m3::decode(c) * self.scale),
+        );
     }
 
     pub fn split_rows(&self, parts: usize) -> Vec<Self> {

@@ -40,11 +40,16 @@ pub struct Probe<'a> {
 impl Probe<'_> {
     /// Bytes of every tensor the module stores.
     pub fn bytes(&self) -> usize {
-        [Some(self.weight), self.scale, self.scale_2, self.input_scale]
-            .iter()
-            .flatten()
-            .map(|t| t.bytes.len())
-            .sum()
+        [
+            Some(self.weight),
+            self.scale,
+            self.scale_2,
+            self.input_scale,
+        ]
+        .iter()
+        .flatten()
+        .map(|t| t.bytes.len())
+        .sum()
     }
 }
 
@@ -283,7 +288,11 @@ pub fn load(module: &str, p: &Probe<'_>, out: usize, inp: usize) -> Result<Linea
             )?)
         }
         Format::Fp8Tensor => {
-            let s = p.scale.map(|t| scalar(module, &t)).transpose()?.unwrap_or(0.0);
+            let s = p
+                .scale
+                .map(|t| scalar(module, &t))
+                .transpose()?
+                .unwrap_or(0.0);
             QuantWeight::Fp8Tensor(Fp8Tensor::from_parts(
                 module,
                 out,
@@ -294,7 +303,11 @@ pub fn load(module: &str, p: &Probe<'_>, out: usize, inp: usize) -> Result<Linea
             )?)
         }
         Format::Nvfp4 => {
-            let s2 = p.scale_2.map(|t| scalar(module, &t)).transpose()?.unwrap_or(0.0);
+            let s2 = p
+                .scale_2
+                .map(|t| scalar(module, &t))
+                .transpose()?
+                .unwrap_or(0.0);
             QuantWeight::Nvfp4(Nvfp4::from_parts(
                 module,
                 out,

@@ -76,8 +76,14 @@ pub fn hf_spelling(module: &str) -> String {
         _ => {}
     }
     const RULES: &[(&str, &str)] = &[
-        (".attn.indexer.compressor.", ".self_attn.compressor.indexer."),
-        (".attn.indexer.wq_b.", ".self_attn.compressor.indexer.q_b_proj."),
+        (
+            ".attn.indexer.compressor.",
+            ".self_attn.compressor.indexer.",
+        ),
+        (
+            ".attn.indexer.wq_b.",
+            ".self_attn.compressor.indexer.q_b_proj.",
+        ),
         (
             ".attn.indexer.weights_proj.",
             ".self_attn.compressor.indexer.scorer.weights_proj.",
@@ -194,7 +200,10 @@ impl QuantConfig {
                 .chain(mo.layers.iter().filter(|(p, _)| is_glob(p)))
                 .find(|(p, _)| pattern_matches(p, module));
             if let Some((p, algo)) = hit {
-                return Expect::algo(*algo, format!("{file}: quantized_layers `{p}` = {}", algo.name()));
+                return Expect::algo(
+                    *algo,
+                    format!("{file}: quantized_layers `{p}` = {}", algo.name()),
+                );
             }
             match mo.algo {
                 Some(algo) if role != Role::Router => {
@@ -210,7 +219,10 @@ impl QuantConfig {
                         vec![Kind::Dense],
                         format!("quantization_config.modules_to_not_convert `{p}`"),
                     ),
-                    None => Expect::new(vec![Kind::Mxfp4], "quantization_config quant_method `mxfp4`"),
+                    None => Expect::new(
+                        vec![Kind::Mxfp4],
+                        "quantization_config quant_method `mxfp4`",
+                    ),
                 };
             }
             return Expect::new(

@@ -36,13 +36,12 @@ pub fn tensors(m: &str, w: &QuantWeight) -> Vec<OwnedTensor> {
                 vec![n, k],
                 q.codes.clone(),
             ));
-            let shape = vec![
-                (n + q.row_phase).div_ceil(FP8_BLOCK),
-                k.div_ceil(FP8_BLOCK),
-            ];
+            let shape = vec![(n + q.row_phase).div_ceil(FP8_BLOCK), k.div_ceil(FP8_BLOCK)];
             out.push(match &q.scales {
                 BlockScales::E8m0(s) => raw(format!("{m}.scale"), Dtype::F8E8M0, shape, s.clone()),
-                BlockScales::F32(s) => OwnedTensor::f32(&format!("{m}.weight_scale_inv"), &shape, s),
+                BlockScales::F32(s) => {
+                    OwnedTensor::f32(&format!("{m}.weight_scale_inv"), &shape, s)
+                }
             });
         }
         QuantWeight::Fp8Tensor(q) => {

@@ -2,7 +2,9 @@
 //! and talks to the engine only.
 
 mod generate;
+mod info;
 mod logits;
+mod quantize;
 
 use std::path::PathBuf;
 
@@ -30,12 +32,20 @@ pub enum Command {
     Logits(logits::Args),
     /// Greedy generation from a prompt (token ids or text).
     Generate(generate::Args),
+    /// Write a checkpoint in a quantized format (nvfp4, mxfp4, deepseek-fp4, fp8, fp8-v3) or
+    /// dequantize one (f32).
+    Quantize(quantize::Args),
+    /// Describe a checkpoint: architecture, parameters, bytes by format, per-layer quantization,
+    /// cache bytes per token, MoE backends that could run it.
+    Info(info::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Logits(a) => logits::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::Quantize(a) => quantize::run(a),
+        Command::Info(a) => info::run(a),
     }
 }
 

@@ -293,8 +293,14 @@ impl ModelWeights {
             if let Some(ix) = &mut at.indexer {
                 f(&format!("{a}.indexer.wq_b"), &mut ix.wq_b);
                 f(&format!("{a}.indexer.weights_proj"), &mut ix.weights_proj);
-                f(&format!("{a}.indexer.compressor.wkv"), &mut ix.compressor.wkv);
-                f(&format!("{a}.indexer.compressor.wgate"), &mut ix.compressor.wgate);
+                f(
+                    &format!("{a}.indexer.compressor.wkv"),
+                    &mut ix.compressor.wkv,
+                );
+                f(
+                    &format!("{a}.indexer.compressor.wgate"),
+                    &mut ix.compressor.wgate,
+                );
             }
             let p = format!("layers.{l}.ffn");
             f(&format!("{p}.gate"), &mut lw.moe.router.weight);

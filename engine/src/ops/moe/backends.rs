@@ -14,7 +14,10 @@ use crate::quant::Format;
 pub enum Device {
     Cpu,
     /// A CUDA GPU of compute capability `major.minor` (sm_90 = 9.0, sm_120 = 12.0).
-    Cuda { major: u32, minor: u32 },
+    Cuda {
+        major: u32,
+        minor: u32,
+    },
 }
 
 impl Device {
@@ -101,7 +104,9 @@ impl MoeBackend {
     pub fn takes(self, f: Format) -> bool {
         use Format::*;
         match self {
-            MoeBackend::Dequant => matches!(f, Nvfp4 | Mxfp4 | Fp8BlockE8m0 | Fp8BlockF32 | Fp8Tensor),
+            MoeBackend::Dequant => {
+                matches!(f, Nvfp4 | Mxfp4 | Fp8BlockE8m0 | Fp8BlockF32 | Fp8Tensor)
+            }
             MoeBackend::Fp8 => matches!(f, Fp8BlockE8m0 | Fp8BlockF32),
             MoeBackend::NativeFp4 => matches!(f, Nvfp4 | Mxfp4),
             MoeBackend::Bf16 => matches!(f, Bf16 | F16 | F32),
@@ -160,7 +165,11 @@ impl MoeBackend {
         if !self.runs_on(device) {
             why.push(format!("needs {}, this device is {device}", self.devices()));
         }
-        if why.is_empty() { Ok(()) } else { Err(why.join("; ")) }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("; "))
+        }
     }
 }
 
@@ -223,7 +232,11 @@ pub fn choose(choice: Choice, formats: &BTreeSet<Format>, device: Device) -> Res
                  backends that would work: {}",
                 b.name(),
                 fmts.join(", "),
-                if working.is_empty() { "none".to_string() } else { working.join(", ") }
+                if working.is_empty() {
+                    "none".to_string()
+                } else {
+                    working.join(", ")
+                }
             ))),
         },
     }
@@ -239,20 +252,51 @@ mod tests {
 
     #[test]
     fn devices_parse() {
-        assert_eq!(Device::parse("sm_90").unwrap(), Device::Cuda { major: 9, minor: 0 });
-        assert_eq!(Device::parse("sm_120").unwrap(), Device::Cuda { major: 12, minor: 0 });
-        assert_eq!(Device::parse("sm_100a").unwrap(), Device::Cuda { major: 10, minor: 0 });
-        assert_eq!(Device::parse("8.9").unwrap(), Device::Cuda { major: 8, minor: 9 });
+        assert_eq!(
+            Device::parse("sm_90").unwrap(),
+            Device::Cuda { major: 9, minor: 0 }
+        );
+        assert_eq!(
+            Device::parse("sm_120").unwrap(),
+            Device::Cuda {
+                major: 12,
+                minor: 0
+            }
+        );
+        assert_eq!(
+            Device::parse("sm_100a").unwrap(),
+            Device::Cuda {
+                major: 10,
+                minor: 0
+            }
+        );
+        assert_eq!(
+            Device::parse("8.9").unwrap(),
+            Device::Cuda { major: 8, minor: 9 }
+        );
         assert_eq!(Device::parse("cpu").unwrap(), Device::Cpu);
         assert!(Device::parse("h100").is_err() && Device::parse("sm_9").is_err());
-        assert_eq!(Device::Cuda { major: 12, minor: 0 }.to_string(), "sm_120");
+        assert_eq!(
+            Device::Cuda {
+                major: 12,
+                minor: 0
+            }
+            .to_string(),
+            "sm_120"
+        );
     }
 
     #[test]
     fn auto_picks_the_best_backend_per_format_and_device() {
         let h200 = Device::Cuda { major: 9, minor: 0 };
-        let b200 = Device::Cuda { major: 10, minor: 0 };
-        let rtx = Device::Cuda { major: 12, minor: 0 };
+        let b200 = Device::Cuda {
+            major: 10,
+            minor: 0,
+        };
+        let rtx = Device::Cuda {
+            major: 12,
+            minor: 0,
+        };
         let a100 = Device::Cuda { major: 8, minor: 0 };
         let l40 = Device::Cuda { major: 8, minor: 9 };
         let nv = set(&[Format::Nvfp4]);
@@ -274,7 +318,10 @@ mod tests {
         }
         // Mixed expert formats: only a backend taking both qualifies.
         let mixed = set(&[Format::Nvfp4, Format::Fp8BlockE8m0]);
-        assert_eq!(choose(Choice::Auto, &mixed, b200).unwrap(), MoeBackend::Dequant);
+        assert_eq!(
+            choose(Choice::Auto, &mixed, b200).unwrap(),
+            MoeBackend::Dequant
+        );
         // Nothing runs FP8 on a pre-Ampere GPU.
         let v100 = Device::Cuda { major: 7, minor: 0 };
         assert!(choose(Choice::Auto, &fp8, v100).is_err());
@@ -288,7 +335,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("native-fp4") && err.contains("sm_90") && err.contains("would work: dequant"),
+            err.contains("native-fp4")
+                && err.contains("sm_90")
+                && err.contains("would work: dequant"),
             "{err}"
         );
         let err = choose(Choice::Explicit(MoeBackend::Fp8), &nv, h200)

@@ -80,7 +80,10 @@ fn nvfp4_error_is_within_its_bound() {
         for (x, y) in xs.iter().zip(ys) {
             let err = (x - y).abs();
             // Element rounding at the stored scale (f32 slack for the two multiplies).
-            assert!(err <= fp4_bound(*x, s) * (1.0 + 1e-6), "block {b}: {x} -> {y}");
+            assert!(
+                err <= fp4_bound(*x, s) * (1.0 + 1e-6),
+                "block {b}: {x} -> {y}"
+            );
             if s_true >= e4m3::E4M3_MIN_NORMAL {
                 // A normal E4M3 scale is within 2^-4 of amax/6/s2, so |v| <= 6/(1 - 2^-4) and
                 // the error is at most one (slightly enlarged) scale step.
@@ -187,7 +190,11 @@ fn split_rows_matches_the_rows_of_the_whole() {
     ];
     for q in all {
         let whole = q.dequantize();
-        let parts: Vec<f32> = q.split_rows(3).iter().flat_map(|p| p.dequantize()).collect();
+        let parts: Vec<f32> = q
+            .split_rows(3)
+            .iter()
+            .flat_map(|p| p.dequantize())
+            .collect();
         assert_eq!(whole, parts, "{}", q.format());
         let bytes: usize = q.split_rows(3).iter().map(QuantWeight::bytes).sum();
         assert!(bytes >= q.bytes(), "{}", q.format());
@@ -196,10 +203,19 @@ fn split_rows_matches_the_rows_of_the_whole() {
 
 #[test]
 fn bad_parts_are_refused_with_the_module_named() {
-    let err = Mxfp4::from_parts("layers.1.ffn.experts.0.w1", 2, 32, vec![0; 32], vec![127, 0xff])
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("layers.1.ffn.experts.0.w1") && err.contains("0xFF"), "{err}");
+    let err = Mxfp4::from_parts(
+        "layers.1.ffn.experts.0.w1",
+        2,
+        32,
+        vec![0; 32],
+        vec![127, 0xff],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("layers.1.ffn.experts.0.w1") && err.contains("0xFF"),
+        "{err}"
+    );
     let err = Nvfp4::from_parts("x.w", 1, 16, vec![0; 8], vec![0x7f], 1.0, None)
         .unwrap_err()
         .to_string();

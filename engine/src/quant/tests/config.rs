@@ -22,7 +22,10 @@ fn err(config: serde_json::Value, hf: Option<serde_json::Value>) -> String {
 fn glob_matches_like_fnmatch() {
     assert!(glob("lm_head", "lm_head"));
     assert!(!glob("lm_head", "lm_head2"));
-    assert!(glob("model.layers.*.self_attn*", "model.layers.30.self_attn.q_a_proj"));
+    assert!(glob(
+        "model.layers.*.self_attn*",
+        "model.layers.30.self_attn.q_a_proj"
+    ));
     assert!(glob("*experts*", "layers.1.ffn.experts.3.w1"));
     assert!(glob("layers.?.attn.*", "layers.7.attn.wkv"));
     assert!(!glob("layers.?.attn.*", "layers.17.attn.wkv"));
@@ -54,13 +57,26 @@ fn hf_spelling_inverts_canonical_names() {
     ];
     for m in modules {
         let hf = hf_spelling(m);
-        assert_eq!(canonical_name(&format!("{hf}.weight")), format!("{m}.weight"), "{hf}");
+        assert_eq!(
+            canonical_name(&format!("{hf}.weight")),
+            format!("{m}.weight"),
+            "{hf}"
+        );
     }
-    assert_eq!(hf_spelling("layers.3.ffn.experts.12.w1"), "model.layers.3.mlp.experts.12.gate_proj");
+    assert_eq!(
+        hf_spelling("layers.3.ffn.experts.12.w1"),
+        "model.layers.3.mlp.experts.12.gate_proj"
+    );
     assert!(pattern_matches("lm_head", "head"));
-    assert!(pattern_matches("model.layers.30.self_attn*", "layers.30.attn.wo_b"));
+    assert!(pattern_matches(
+        "model.layers.30.self_attn*",
+        "layers.30.attn.wo_b"
+    ));
     assert!(pattern_matches("layers.30.attn*", "layers.30.attn.wo_b"));
-    assert!(!pattern_matches("model.layers.3.self_attn*", "layers.30.attn.wo_b"));
+    assert!(!pattern_matches(
+        "model.layers.3.self_attn*",
+        "layers.30.attn.wo_b"
+    ));
 }
 
 #[test]
@@ -69,9 +85,15 @@ fn roles_by_official_name() {
     assert_eq!(Role::of("head"), Role::Head);
     assert_eq!(Role::of("layers.0.ffn.gate"), Role::Router);
     assert_eq!(Role::of("layers.0.ffn.experts.1.w2"), Role::RoutedExpert);
-    assert_eq!(Role::of("layers.0.ffn.shared_experts.w2"), Role::SharedExpert);
+    assert_eq!(
+        Role::of("layers.0.ffn.shared_experts.w2"),
+        Role::SharedExpert
+    );
     assert_eq!(Role::of("layers.0.attn.indexer.wq_b"), Role::Attention);
-    assert_eq!(Role::of("layers.0.attn.indexer.weights_proj"), Role::Compressor);
+    assert_eq!(
+        Role::of("layers.0.attn.indexer.weights_proj"),
+        Role::Compressor
+    );
     assert_eq!(Role::of("layers.0.attn.compressor.wkv"), Role::Compressor);
     assert_eq!(Role::of("mtp.0.e_proj"), Role::Other);
 }
@@ -84,15 +106,36 @@ fn deepseek_v4_release_config() {
             "weight_block_size": [128, 128], "activation_scheme": "dynamic"}}),
         None,
     );
-    assert_eq!(q.base, Base::Fp8Block { ue8m0: true, exclude: vec![] });
+    assert_eq!(
+        q.base,
+        Base::Fp8Block {
+            ue8m0: true,
+            exclude: vec![]
+        }
+    );
     assert!(q.expert_fp4);
-    assert_eq!(q.expect("layers.2.ffn.experts.0.w1").allowed, vec![Kind::Mxfp4]);
-    assert_eq!(q.expect("layers.2.ffn.shared_experts.w1").allowed, vec![Kind::Fp8Block, Kind::Dense]);
-    assert_eq!(q.expect("layers.2.attn.compressor.wkv").allowed, vec![Kind::Fp8Block, Kind::Dense]);
+    assert_eq!(
+        q.expect("layers.2.ffn.experts.0.w1").allowed,
+        vec![Kind::Mxfp4]
+    );
+    assert_eq!(
+        q.expect("layers.2.ffn.shared_experts.w1").allowed,
+        vec![Kind::Fp8Block, Kind::Dense]
+    );
+    assert_eq!(
+        q.expect("layers.2.attn.compressor.wkv").allowed,
+        vec![Kind::Fp8Block, Kind::Dense]
+    );
     assert_eq!(q.expect("embed").allowed, vec![Kind::Dense]);
     // No config at all: dense everywhere.
-    assert_eq!(QuantConfig::from_json(None, None).unwrap(), QuantConfig::default());
-    assert_eq!(QuantConfig::default().expect("layers.0.attn.wq_a").allowed, vec![Kind::Dense]);
+    assert_eq!(
+        QuantConfig::from_json(None, None).unwrap(),
+        QuantConfig::default()
+    );
+    assert_eq!(
+        QuantConfig::default().expect("layers.0.attn.wq_a").allowed,
+        vec![Kind::Dense]
+    );
 }
 
 #[test]
@@ -104,7 +147,10 @@ fn modelopt_nvfp4_with_wildcard_excludes() {
     let mo = q.modelopt.as_ref().unwrap();
     assert_eq!(mo.algo, Some(Algo::Nvfp4));
     let e = q.expect("layers.0.attn.wq_a");
-    assert_eq!((e.allowed.clone(), e.input_scale_required), (vec![Kind::Nvfp4], true));
+    assert_eq!(
+        (e.allowed.clone(), e.input_scale_required),
+        (vec![Kind::Nvfp4], true)
+    );
     let e = q.expect("layers.1.attn.wq_a");
     assert_eq!(e.allowed, vec![Kind::Dense]);
     assert!(e.why.contains("model.layers.1.self_attn*"), "{}", e.why);
@@ -117,8 +163,14 @@ fn modelopt_nvfp4_with_wildcard_excludes() {
             "group_size": 16, "ignore": ["lm_head", "model.layers.1.self_attn*"]}}),
         None,
     );
-    assert_eq!(inline.expect("layers.1.attn.wq_a").allowed, vec![Kind::Dense]);
-    assert_eq!(inline.expect("layers.0.attn.wq_a").allowed, vec![Kind::Nvfp4]);
+    assert_eq!(
+        inline.expect("layers.1.attn.wq_a").allowed,
+        vec![Kind::Dense]
+    );
+    assert_eq!(
+        inline.expect("layers.0.attn.wq_a").allowed,
+        vec![Kind::Nvfp4]
+    );
 }
 
 #[test]
@@ -134,13 +186,28 @@ fn mixed_precision_resolves_per_module_over_a_deepseek_base() {
         Some(hf),
     );
     let e = q.expect("layers.0.ffn.experts.1.w1");
-    assert_eq!((e.allowed, e.input_scale_required), (vec![Kind::Nvfp4], true));
+    assert_eq!(
+        (e.allowed, e.input_scale_required),
+        (vec![Kind::Nvfp4], true)
+    );
     let e = q.expect("layers.0.ffn.experts.2.w2");
-    assert_eq!((e.allowed, e.input_scale_required), (vec![Kind::Nvfp4], false));
-    assert_eq!(q.expect("layers.0.ffn.shared_experts.w1").allowed, vec![Kind::Fp8Tensor]);
+    assert_eq!(
+        (e.allowed, e.input_scale_required),
+        (vec![Kind::Nvfp4], false)
+    );
+    assert_eq!(
+        q.expect("layers.0.ffn.shared_experts.w1").allowed,
+        vec![Kind::Fp8Tensor]
+    );
     // Excluded and unlisted modules keep the DeepSeek base format.
-    assert_eq!(q.expect("layers.0.ffn.experts.3.w1").allowed, vec![Kind::Fp8Block, Kind::Dense]);
-    assert_eq!(q.expect("layers.0.attn.wq_a").allowed, vec![Kind::Fp8Block, Kind::Dense]);
+    assert_eq!(
+        q.expect("layers.0.ffn.experts.3.w1").allowed,
+        vec![Kind::Fp8Block, Kind::Dense]
+    );
+    assert_eq!(
+        q.expect("layers.0.attn.wq_a").allowed,
+        vec![Kind::Fp8Block, Kind::Dense]
+    );
 }
 
 #[test]
@@ -150,17 +217,31 @@ fn gpt_oss_mxfp4_covers_routed_experts_only() {
             "modules_to_not_convert": ["model.layers.1.mlp.experts*"]}}),
         None,
     );
-    assert_eq!(q.expect("layers.0.ffn.experts.0.w2").allowed, vec![Kind::Mxfp4]);
-    assert_eq!(q.expect("layers.1.ffn.experts.0.w2").allowed, vec![Kind::Dense]);
+    assert_eq!(
+        q.expect("layers.0.ffn.experts.0.w2").allowed,
+        vec![Kind::Mxfp4]
+    );
+    assert_eq!(
+        q.expect("layers.1.ffn.experts.0.w2").allowed,
+        vec![Kind::Dense]
+    );
     assert_eq!(q.expect("layers.0.attn.wq_a").allowed, vec![Kind::Dense]);
 }
 
 #[test]
 fn malformed_configs_name_the_file_and_field() {
     let cases = [
-        (json!({"quantization_config": {"quant_method": "awq"}}), None, "quant_method"),
+        (
+            json!({"quantization_config": {"quant_method": "awq"}}),
+            None,
+            "quant_method",
+        ),
         (json!({"quantization_config": {}}), None, "quant_method"),
-        (json!({"quantization_config": "fp8"}), None, "quantization_config"),
+        (
+            json!({"quantization_config": "fp8"}),
+            None,
+            "quantization_config",
+        ),
         (
             json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [64, 64]}}),
             None,

@@ -68,15 +68,15 @@ fn e4m3_known_values() {
     let cases = [
         (0x00u8, 0.0f32),
         (0x80, -0.0),
-        (0x7e, 448.0),                 // max
-        (0xfe, -448.0),                // −max
-        (0x08, 2f32.powi(-6)),         // min normal
-        (0x07, 7.0 * 2f32.powi(-9)),   // max subnormal
-        (0x01, 2f32.powi(-9)),         // min subnormal
-        (0x04, 4.0 * 2f32.powi(-9)),   // a middle subnormal
-        (0x38, 1.0),                   // exponent field 7 = bias
+        (0x7e, 448.0),               // max
+        (0xfe, -448.0),              // −max
+        (0x08, 2f32.powi(-6)),       // min normal
+        (0x07, 7.0 * 2f32.powi(-9)), // max subnormal
+        (0x01, 2f32.powi(-9)),       // min subnormal
+        (0x04, 4.0 * 2f32.powi(-9)), // a middle subnormal
+        (0x38, 1.0),                 // exponent field 7 = bias
         (0x3c, 1.5),
-        (0x77, 240.0),                 // 1.875 · 2^7
+        (0x77, 240.0), // 1.875 · 2^7
         (0x78, 256.0),
         (0xc4, -3.0),
     ];
@@ -121,7 +121,10 @@ fn e8m0_extremes_and_nan() {
     let err = e8m0::decode_scale(0xff, "layers.0.attn.wq_a", "layers.0.attn.wq_a.scale", 5)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("layers.0.attn.wq_a") && err.contains("NaN"), "{err}");
+    assert!(
+        err.contains("layers.0.attn.wq_a") && err.contains("NaN"),
+        "{err}"
+    );
     assert_eq!(e8m0::from_exponent(-127), 0);
     assert_eq!(e8m0::from_exponent(127), 254);
     assert_eq!(e8m0::from_exponent(500), 254);

@@ -82,8 +82,14 @@ pub fn kv_bytes(c: &ModelConfig) -> KvBytes {
     let nope = hd - c.rope_dim;
     let row = nope + 2 * c.rope_dim + nope.div_ceil(64).next_multiple_of(8);
     let index_row = ih / 2 + ih / 32;
-    let mut cpu = CacheBytes { per_token: 0.0, fixed: 0.0 };
-    let mut fm = CacheBytes { per_token: 0.0, fixed: 0.0 };
+    let mut cpu = CacheBytes {
+        per_token: 0.0,
+        fixed: 0.0,
+    };
+    let mut fm = CacheBytes {
+        per_token: 0.0,
+        fixed: 0.0,
+    };
     for kind in &c.layer_kinds {
         cpu.fixed += (4 * w * hd) as f64;
         fm.fixed += (row * w) as f64;
@@ -104,7 +110,11 @@ pub fn kv_bytes(c: &ModelConfig) -> KvBytes {
             fm.per_token += index_row as f64 / m as f64;
         }
     }
-    KvBytes { cpu, flashmla: fm, flashmla_row: row }
+    KvBytes {
+        cpu,
+        flashmla: fm,
+        flashmla_row: row,
+    }
 }
 
 fn is_scale(name: &str) -> bool {
@@ -124,7 +134,11 @@ pub fn survey(dir: &Path) -> Result<ModelInfo> {
         .layer_kinds
         .iter()
         .zip(&cfg.mlp_kinds)
-        .map(|(&attn, &mlp)| LayerQuant { attn, mlp, parts: BTreeMap::new() })
+        .map(|(&attn, &mlp)| LayerQuant {
+            attn,
+            mlp,
+            parts: BTreeMap::new(),
+        })
         .collect();
     let (mut params, mut expert_params) = (0u64, 0u64);
     let mut expert_formats = BTreeSet::new();
@@ -137,7 +151,9 @@ pub fn survey(dir: &Path) -> Result<ModelInfo> {
         for s in SCALE_SUFFIXES {
             seen.insert(format!("{}.{s}", m.name));
         }
-        *bytes_by_format.entry(format!("linear {}", p.format)).or_default() += p.bytes() as u64;
+        *bytes_by_format
+            .entry(format!("linear {}", p.format))
+            .or_default() += p.bytes() as u64;
         params += m.params() as u64;
         let role = m.role();
         if role == Role::RoutedExpert {

@@ -18,17 +18,28 @@ fn cpu_cache_accounting_matches_the_measured_state() {
     let mut bytes_at = Vec::new();
     let ids: Vec<u32> = (0..48).map(|i| (i * 7 % spec.vocab) as u32).collect();
     for chunk in ids.chunks(8) {
-        let mut batch = [SeqInput { tokens: chunk, state: &mut st, logits: LogitRows::None }];
+        let mut batch = [SeqInput {
+            tokens: chunk,
+            state: &mut st,
+            logits: LogitRows::None,
+        }];
         m.forward(&mut batch, &mut StageClock::default()).unwrap();
         bytes_at.push((batch[0].state.pos, batch[0].state.bytes()));
     }
     // Past the first windows, each 8 tokens (a multiple of every ratio) add exactly 8 × per_token.
     for w in bytes_at[2..].windows(2) {
         let grew = (w[1].1 - w[0].1) as f64;
-        assert_eq!(grew, kv.cpu.per_token * (w[1].0 - w[0].0) as f64, "{bytes_at:?}");
+        assert_eq!(
+            grew,
+            kv.cpu.per_token * (w[1].0 - w[0].0) as f64,
+            "{bytes_at:?}"
+        );
     }
     for &(pos, b) in &bytes_at {
-        assert!(b as f64 <= kv.cpu.fixed + kv.cpu.per_token * pos as f64, "{pos}: {b}");
+        assert!(
+            b as f64 <= kv.cpu.fixed + kv.cpu.per_token * pos as f64,
+            "{pos}: {b}"
+        );
     }
 }
 
@@ -47,16 +58,26 @@ fn flashmla_accounting_reproduces_v4_flash() {
     let kv = kv_bytes(&c);
     assert_eq!(kv.flashmla_row, 584);
     // 21 CSA × (584 + 68) / 4 + 20 HCA × 584 / 128 (model-spec §3.4: ≈ 3.5 KB/token).
-    assert_eq!(kv.flashmla.per_token, 21.0 * 652.0 / 4.0 + 20.0 * 584.0 / 128.0);
+    assert_eq!(
+        kv.flashmla.per_token,
+        21.0 * 652.0 / 4.0 + 20.0 * 584.0 / 128.0
+    );
     assert_eq!(kv.flashmla.fixed, 43.0 * 128.0 * 584.0);
-    assert_eq!(kv.cpu.per_token, 21.0 * (2048.0 + 512.0) / 4.0 + 20.0 * 2048.0 / 128.0);
+    assert_eq!(
+        kv.cpu.per_token,
+        21.0 * (2048.0 + 512.0) / 4.0 + 20.0 * 2048.0 / 128.0
+    );
 }
 
 #[test]
 fn survey_of_a_deepseek_fp4_checkpoint() {
     let root = tempfile::tempdir().unwrap();
     let dense = root.path().join("dense");
-    let spec = TinySpec { q_lora: 32, moe_inter: 32, ..TinySpec::default() };
+    let spec = TinySpec {
+        q_lora: 32,
+        moe_inter: 32,
+        ..TinySpec::default()
+    };
     spec.write(&dense, 1).unwrap();
     let cfg = ModelConfig::from_path(&dense).unwrap();
     let out = root.path().join("q");
@@ -66,7 +87,10 @@ fn survey_of_a_deepseek_fp4_checkpoint() {
     let q = survey(&out).unwrap();
     assert_eq!(d.params, q.params);
     let ck = Checkpoint::open(&out).unwrap();
-    assert_eq!(q.total_bytes, ck.bytes_by_dtype().values().sum::<usize>() as u64);
+    assert_eq!(
+        q.total_bytes,
+        ck.bytes_by_dtype().values().sum::<usize>() as u64
+    );
     assert!(q.total_bytes < d.total_bytes);
     assert!(q.bytes_by_format.contains_key("linear mxfp4"));
     assert!(q.bytes_by_format.contains_key("linear fp8-block(e8m0)"));
@@ -75,11 +99,22 @@ fn survey_of_a_deepseek_fp4_checkpoint() {
     assert_eq!(experts[&Format::Mxfp4], 3 * spec.experts);
     assert_eq!(q.layers[1].parts["router"][&Format::F32], 1);
     // Dense tiny model: every parameter is stored once as f32.
-    assert_eq!(d.params * 4, d.total_bytes - 8 * spec.vocab as u64 * spec.top_k as u64);
+    assert_eq!(
+        d.params * 4,
+        d.total_bytes - 8 * spec.vocab as u64 * spec.top_k as u64
+    );
     assert!(d.active_params < d.params);
     let cpu = q.backends(Device::Cpu);
-    assert!(cpu.iter().all(|(b, r)| r.is_ok() == (*b == MoeBackend::Cpu)), "{cpu:?}");
+    assert!(
+        cpu.iter()
+            .all(|(b, r)| r.is_ok() == (*b == MoeBackend::Cpu)),
+        "{cpu:?}"
+    );
     let h200 = q.backends(Device::Cuda { major: 9, minor: 0 });
-    let ok: Vec<MoeBackend> = h200.iter().filter(|(_, r)| r.is_ok()).map(|(b, _)| *b).collect();
+    let ok: Vec<MoeBackend> = h200
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(b, _)| *b)
+        .collect();
     assert_eq!(ok, vec![MoeBackend::Dequant]);
 }

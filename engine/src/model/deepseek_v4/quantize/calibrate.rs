@@ -48,8 +48,10 @@ pub fn input_amax(
         logits: LogitRows::None,
     }];
     model.forward(&mut batch, &mut StageClock::default())?;
-    let mut amax: BTreeMap<String, f32> =
-        observers.iter().map(|(m, o)| (m.clone(), o.get())).collect();
+    let mut amax: BTreeMap<String, f32> = observers
+        .iter()
+        .map(|(m, o)| (m.clone(), o.get()))
+        .collect();
     let mut by_role: BTreeMap<Role, f32> = BTreeMap::new();
     for (m, &a) in &amax {
         let r = by_role.entry(Role::of(m)).or_default();

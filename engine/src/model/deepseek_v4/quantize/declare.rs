@@ -79,7 +79,9 @@ pub fn declare(cfg: &ModelConfig, plan: &Plan, config: &mut Map<String, Value>) 
             .targets
             .iter()
             .filter_map(|(m, t)| match t {
-                Target::Nvfp4 => Some((m.clone(), json!({"quant_algo": "NVFP4", "group_size": 16}))),
+                Target::Nvfp4 => {
+                    Some((m.clone(), json!({"quant_algo": "NVFP4", "group_size": 16})))
+                }
                 Target::Fp8Tensor => Some((m.clone(), json!({"quant_algo": "FP8"}))),
                 _ => None,
             })

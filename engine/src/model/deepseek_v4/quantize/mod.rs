@@ -21,7 +21,9 @@ use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::quant::load::{SCALE_SUFFIXES, load, probe_checked};
 use crate::quant::mxfp4::MX_BLOCK;
-use crate::quant::{Fp8Block, Fp8Tensor, Mxfp4, Nvfp4, QuantConfig, QuantWeight, e2m1, e4m3, store};
+use crate::quant::{
+    Fp8Block, Fp8Tensor, Mxfp4, Nvfp4, QuantConfig, QuantWeight, e2m1, e4m3, store,
+};
 use shards::Shards;
 
 use super::modules::linear_modules;
@@ -61,7 +63,11 @@ fn read_config(dir: &Path) -> Result<Map<String, Value>> {
     let text = std::fs::read_to_string(&path).map_err(|e| EngineError::io(&path, e))?;
     match serde_json::from_str(&text) {
         Ok(Value::Object(m)) => Ok(m),
-        _ => Err(EngineError::config("config.json", "<root>", "expected a JSON object")),
+        _ => Err(EngineError::config(
+            "config.json",
+            "<root>",
+            "expected a JSON object",
+        )),
     }
 }
 
@@ -73,7 +79,11 @@ fn write_json(path: &Path, v: &Value) -> Result<()> {
 
 /// Copies tokenizer and generation files (everything but weights and quantization configs).
 fn copy_side_files(input: &Path, output: &Path) -> Result<()> {
-    let skip = ["config.json", "hf_quant_config.json", "model.safetensors.index.json"];
+    let skip = [
+        "config.json",
+        "hf_quant_config.json",
+        "model.safetensors.index.json",
+    ];
     let rd = std::fs::read_dir(input).map_err(|e| EngineError::io(input, e))?;
     for entry in rd.flatten() {
         let path = entry.path();
@@ -230,12 +240,12 @@ pub fn quantize_dir(
             Target::Mxfp4Native => QuantWeight::Mxfp4(Mxfp4::quantize(m, &w, rows, cols)?),
             Target::Mxfp4Fused => {
                 let q = Mxfp4::quantize(m, &w, rows, cols)?;
-                let (prefix, rest) = m.split_once(".experts.").ok_or_else(|| {
-                    EngineError::Quantization {
-                        module: m.to_string(),
-                        message: "not a routed expert".into(),
-                    }
-                })?;
+                let (prefix, rest) =
+                    m.split_once(".experts.")
+                        .ok_or_else(|| EngineError::Quantization {
+                            module: m.to_string(),
+                            message: "not a routed expert".into(),
+                        })?;
                 let (idx, proj) = rest.split_once('.').unwrap_or((rest, ""));
                 let idx: usize = idx.parse().map_err(|_| EngineError::Quantization {
                     module: m.to_string(),
@@ -300,7 +310,11 @@ pub fn dequantize_dir(input: &Path, output: &Path, shard_bytes: usize) -> Result
             w.extend_from_slice(&lin.row(r));
         }
         *summary.converted.entry(p.format.to_string()).or_default() += 1;
-        shards.push(OwnedTensor::f32(&format!("{}.weight", m.name), &[m.out, m.inp], &w))?;
+        shards.push(OwnedTensor::f32(
+            &format!("{}.weight", m.name),
+            &[m.out, m.inp],
+            &w,
+        ))?;
         done.insert(format!("{}.weight", m.name));
         for s in SCALE_SUFFIXES {
             done.insert(format!("{}.{s}", m.name));

@@ -31,7 +31,9 @@ pub enum QuantizeFormat {
 /// What one module becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Target {
-    Fp8Block { e8m0: bool },
+    Fp8Block {
+        e8m0: bool,
+    },
     /// ModelOpt per-tensor FP8 (only in hand-built mixed plans).
     Fp8Tensor,
     Nvfp4,
@@ -124,13 +126,14 @@ impl Plan {
         // The declaring configs cover all routed experts at once.
         for t in [Target::Mxfp4Native, Target::Mxfp4Fused] {
             if self.has(|x| x == t) {
-                if let Some(m) = modules
-                    .iter()
-                    .find(|m| m.role() == Role::RoutedExpert && self.targets.get(&m.name) != Some(&t))
-                {
+                if let Some(m) = modules.iter().find(|m| {
+                    m.role() == Role::RoutedExpert && self.targets.get(&m.name) != Some(&t)
+                }) {
                     return Err(bad(
                         &m.name,
-                        format!("{t:?} must cover every routed expert (the config declares it model-wide)"),
+                        format!(
+                            "{t:?} must cover every routed expert (the config declares it model-wide)"
+                        ),
                     ));
                 }
             }

@@ -44,9 +44,10 @@ impl Shards {
     }
 
     fn flush(&mut self) -> Result<()> {
-        let path = self
-            .dir
-            .join(format!("partial-{:05}.safetensors.tmp", self.written.len() + 1));
+        let path = self.dir.join(format!(
+            "partial-{:05}.safetensors.tmp",
+            self.written.len() + 1
+        ));
         write_file(&path, &self.current, &BTreeMap::new())?;
         let names = self.current.drain(..).map(|t| t.name).collect();
         self.written.push((path, names));

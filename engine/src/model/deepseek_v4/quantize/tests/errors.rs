@@ -42,7 +42,9 @@ fn wrong_shaped_scales_name_module_expected_and_found() {
         s.data.truncate(32);
     });
     assert!(
-        err.contains("layers.1.ffn.experts.2.w2") && err.contains("[32, 1]") && err.contains("[32, 2]"),
+        err.contains("layers.1.ffn.experts.2.w2")
+            && err.contains("[32, 1]")
+            && err.contains("[32, 2]"),
         "{err}"
     );
     let err = load_error(QuantizeFormat::DeepseekFp4, |t| {
@@ -50,7 +52,10 @@ fn wrong_shaped_scales_name_module_expected_and_found() {
         s.shape = vec![32, 32];
         s.data = vec![0; 32 * 32];
     });
-    assert!(err.contains("layers.0.ffn.experts.0.w1") && err.contains("[32, 16]"), "{err}");
+    assert!(
+        err.contains("layers.0.ffn.experts.0.w1") && err.contains("[32, 16]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -58,11 +63,17 @@ fn bad_scale_values_and_missing_companions_are_refused() {
     let err = load_error(QuantizeFormat::DeepseekFp4, |t| {
         find(t, "layers.2.ffn.experts.7.w3.scale").data[5] = 0xff;
     });
-    assert!(err.contains("layers.2.ffn.experts.7.w3") && err.contains("NaN"), "{err}");
+    assert!(
+        err.contains("layers.2.ffn.experts.7.w3") && err.contains("NaN"),
+        "{err}"
+    );
     let err = load_error(QuantizeFormat::Nvfp4, |t| {
         t.retain(|x| x.name != "layers.0.attn.wkv.input_scale");
     });
-    assert!(err.contains("layers.0.attn.wkv") && err.contains("input_scale"), "{err}");
+    assert!(
+        err.contains("layers.0.attn.wkv") && err.contains("input_scale"),
+        "{err}"
+    );
     let err = load_error(QuantizeFormat::Nvfp4, |t| {
         t.retain(|x| x.name != "layers.0.attn.wkv.weight_scale_2");
     });
@@ -70,15 +81,24 @@ fn bad_scale_values_and_missing_companions_are_refused() {
     let err = load_error(QuantizeFormat::Nvfp4, |t| {
         find(t, "layers.0.attn.wkv.weight_scale_2").data = f32::INFINITY.to_le_bytes().to_vec();
     });
-    assert!(err.contains("layers.0.attn.wkv") && err.contains("inf"), "{err}");
+    assert!(
+        err.contains("layers.0.attn.wkv") && err.contains("inf"),
+        "{err}"
+    );
     let err = load_error(QuantizeFormat::Fp8V3, |t| {
         find(t, "layers.0.attn.wo_b.weight_scale_inv").data = (-1.0f32).to_le_bytes().to_vec();
     });
-    assert!(err.contains("layers.0.attn.wo_b") && err.contains("-1"), "{err}");
+    assert!(
+        err.contains("layers.0.attn.wo_b") && err.contains("-1"),
+        "{err}"
+    );
     let err = load_error(QuantizeFormat::Fp8, |t| {
         t.retain(|x| x.name != "layers.0.attn.wq_a.scale");
     });
-    assert!(err.contains("layers.0.attn.wq_a") && err.contains("without a scale"), "{err}");
+    assert!(
+        err.contains("layers.0.attn.wq_a") && err.contains("without a scale"),
+        "{err}"
+    );
     let err = load_error(QuantizeFormat::Fp8, |t| {
         let s = find(t, "layers.0.attn.wq_a.scale");
         s.dtype = Dtype::I8;
@@ -88,7 +108,10 @@ fn bad_scale_values_and_missing_companions_are_refused() {
         let stray = OwnedTensor::f32("layers.0.ffn.gate.scale", &[1, 1], &[1.0]);
         t.push(stray);
     });
-    assert!(err.contains("layers.0.ffn.gate") && err.contains("scale tensors belong"), "{err}");
+    assert!(
+        err.contains("layers.0.ffn.gate") && err.contains("scale tensors belong"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -104,7 +127,9 @@ fn weights_the_config_does_not_declare_are_refused() {
     std::fs::write(&path, cfg.to_string()).unwrap();
     let err = DeepseekV4::load(&out).unwrap_err().to_string();
     assert!(
-        err.contains("layers.0.attn.wq_a") && err.contains("fp8-block(e8m0)") && err.contains("dense"),
+        err.contains("layers.0.attn.wq_a")
+            && err.contains("fp8-block(e8m0)")
+            && err.contains("dense"),
         "{err}"
     );
 }
@@ -120,7 +145,10 @@ fn impossible_quantize_requests_are_refused() {
     let err = quantize_dir(&dense, &root.path().join("a"), &plan, &opts())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("experts.0.w2") && err.contains("multiple of 32"), "{err}");
+    assert!(
+        err.contains("experts.0.w2") && err.contains("multiple of 32"),
+        "{err}"
+    );
     // A quantized checkpoint is not a valid input.
     let good = root.path().join("good");
     spec().write(&good, 2).unwrap();
@@ -133,6 +161,8 @@ fn impossible_quantize_requests_are_refused() {
         .to_string();
     assert!(err.contains("already quantized"), "{err}");
     // Output into a folder that already holds weights is refused.
-    let err = quantize_dir(&good, &q, &plan, &opts()).unwrap_err().to_string();
+    let err = quantize_dir(&good, &q, &plan, &opts())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("already holds"), "{err}");
 }

@@ -75,10 +75,19 @@ fn mixed_precision_with_excluded_layers_loads_and_generates() {
                 "model.layers.*.mlp.shared_experts.*": {"quant_algo": "FP8"}}}),
     );
     let mut m = DeepseekV4::load(&out).unwrap();
-    assert_eq!(format_of(&mut m, "layers.0.ffn.experts.4.w1"), Format::Nvfp4);
+    assert_eq!(
+        format_of(&mut m, "layers.0.ffn.experts.4.w1"),
+        Format::Nvfp4
+    );
     assert_eq!(format_of(&mut m, "layers.1.ffn.experts.4.w1"), Format::F32);
-    assert_eq!(format_of(&mut m, "layers.1.ffn.shared_experts.w2"), Format::Fp8Tensor);
-    assert_eq!(format_of(&mut m, "layers.0.attn.wq_a"), Format::Fp8BlockE8m0);
+    assert_eq!(
+        format_of(&mut m, "layers.1.ffn.shared_experts.w2"),
+        Format::Fp8Tensor
+    );
+    assert_eq!(
+        format_of(&mut m, "layers.0.attn.wq_a"),
+        Format::Fp8BlockE8m0
+    );
     assert_eq!(format_of(&mut m, "layers.2.attn.wq_a"), Format::F32);
     assert_eq!(format_of(&mut m, "head"), Format::F32);
 
@@ -102,7 +111,9 @@ fn mixed_precision_with_excluded_layers_loads_and_generates() {
     );
     let err = DeepseekV4::load(&out).unwrap_err().to_string();
     assert!(
-        err.contains("layers.1.ffn.experts.0.w1") && err.contains("stored as f32") && err.contains("NVFP4"),
+        err.contains("layers.1.ffn.experts.0.w1")
+            && err.contains("stored as f32")
+            && err.contains("NVFP4"),
         "{err}"
     );
 }

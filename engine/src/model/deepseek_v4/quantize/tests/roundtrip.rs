@@ -6,7 +6,7 @@ use super::*;
 use crate::checkpoint::Dtype;
 use crate::model::deepseek_v4::quantize::{Target, dequantize_dir};
 use crate::ops::linear::WeightData;
-use crate::quant::{Fp8Block, Format, Mxfp4, Nvfp4, QuantWeight};
+use crate::quant::{Format, Fp8Block, Mxfp4, Nvfp4, QuantWeight};
 
 const FORMATS: [QuantizeFormat; 5] = [
     QuantizeFormat::Fp8,
@@ -64,8 +64,14 @@ fn every_format_round_trips_through_the_loader() {
             // wo_a's groups are visited once per group.
             assert!(seen >= plan.targets.len(), "{format:?}");
             // The loaded values are exactly the quantizer's, for one module of each role.
-            for module in ["layers.1.attn.wq_b", "layers.2.ffn.experts.5.w2", "layers.0.ffn.shared_experts.w3"] {
-                let Some(&t) = plan.targets.get(module) else { continue };
+            for module in [
+                "layers.1.attn.wq_b",
+                "layers.2.ffn.experts.5.w2",
+                "layers.0.ffn.shared_experts.w3",
+            ] {
+                let Some(&t) = plan.targets.get(module) else {
+                    continue;
+                };
                 let w = dense_ck.get(&format!("{module}.weight")).unwrap();
                 let (r, c) = (w.shape[0], w.shape[1]);
                 let x = w.to_f32().unwrap();
@@ -103,9 +109,18 @@ fn gpt_oss_blocks_are_fused_per_layer() {
         crate::checkpoint::safetensors::parse_header(&out.join("model.safetensors"), &bytes)
             .unwrap();
     let b = &hdr["layers.0.ffn.experts.gate_up_proj_blocks"];
-    assert_eq!((b.dtype, b.shape.clone()), (Dtype::U8, vec![s.experts, 2 * s.moe_inter, s.hidden / 32, 16]));
+    assert_eq!(
+        (b.dtype, b.shape.clone()),
+        (
+            Dtype::U8,
+            vec![s.experts, 2 * s.moe_inter, s.hidden / 32, 16]
+        )
+    );
     let sc = &hdr["layers.0.ffn.experts.down_proj_scales"];
-    assert_eq!((sc.dtype, sc.shape.clone()), (Dtype::U8, vec![s.experts, s.hidden, s.moe_inter / 32]));
+    assert_eq!(
+        (sc.dtype, sc.shape.clone()),
+        (Dtype::U8, vec![s.experts, s.hidden, s.moe_inter / 32])
+    );
     assert!(!hdr.contains_key("layers.0.ffn.experts.0.w1.weight"));
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
