@@ -1,6 +1,10 @@
 //! `amdahl quantize` and `amdahl info` end to end through the binary: every format is written,
 //! described and generated from; an impossible MoE backend choice is refused with what works.
 
+// Helpers outside #[test] fns are not exempt from the workspace's expect lint; a failed spawn
+// or a non-UTF-8 temp path should fail the test loudly.
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 use std::process::Command;
 

@@ -6,6 +6,7 @@
 //!   (+ `input_scale`) → NVFP4;
 //! - U8/I8 `weight [N, K/2]` + `scale [N, K/32]` (F8_E8M0 or U8) → MXFP4 (DeepSeek FP4 experts
 //!   and gpt-oss `_blocks`/`_scales`, which the checkpoint exposes per expert under these names).
+//!
 //! The format found must be one the quantization config allows for the module; every shape
 //! mismatch is an error naming the module, the expected and the found shape.
 
@@ -176,7 +177,7 @@ pub fn probe<'a>(ck: &'a Checkpoint, module: &str, out: usize, inp: usize) -> Re
             }
         }
         Dtype::U8 | Dtype::I8 => {
-            if inp % 2 != 0 {
+            if !inp.is_multiple_of(2) {
                 return Err(qerr(
                     module,
                     format!("packed FP4 needs an even in_features, got {inp}"),

@@ -38,7 +38,7 @@ impl Mxfp4 {
         packed: Vec<u8>,
         scales: Vec<u8>,
     ) -> Result<Self> {
-        if cols % MX_BLOCK != 0 {
+        if !cols.is_multiple_of(MX_BLOCK) {
             return Err(qerr(
                 module,
                 format!("MXFP4 needs in_features divisible by {MX_BLOCK}, got {cols}"),
@@ -69,7 +69,7 @@ impl Mxfp4 {
 
     /// Quantizes `w [rows, cols]` with power-of-two scales rounded up.
     pub fn quantize(module: &str, w: &[f32], rows: usize, cols: usize) -> Result<Self> {
-        if cols % MX_BLOCK != 0 {
+        if !cols.is_multiple_of(MX_BLOCK) {
             return Err(qerr(
                 module,
                 format!("cannot quantize to MXFP4: in_features {cols} is not a multiple of 32"),

@@ -48,7 +48,7 @@ impl Nvfp4 {
         global: f32,
         input_scale: Option<f32>,
     ) -> Result<Self> {
-        if cols % NVFP4_BLOCK != 0 {
+        if !cols.is_multiple_of(NVFP4_BLOCK) {
             return Err(qerr(
                 module,
                 format!("NVFP4 needs in_features divisible by {NVFP4_BLOCK}, got {cols}"),
@@ -102,7 +102,7 @@ impl Nvfp4 {
         cols: usize,
         input_scale: Option<f32>,
     ) -> Result<Self> {
-        if cols % NVFP4_BLOCK != 0 {
+        if !cols.is_multiple_of(NVFP4_BLOCK) {
             return Err(qerr(
                 module,
                 format!("cannot quantize to NVFP4: in_features {cols} is not a multiple of 16"),

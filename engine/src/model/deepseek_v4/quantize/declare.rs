@@ -8,6 +8,7 @@
 //!   FP8 | MIXED_PRECISION (+ quantized_layers), group_size 16, kv_cache_quant_algo null,
 //!   exclude_modules}}, mirrored into `config.json` `quantization_config` {quant_method modelopt,
 //!   …, ignore} when no DeepSeek FP8 config already occupies that key.
+//!
 //! Excluded modules are listed by exact official name: every linear the plan leaves alone.
 
 use serde_json::{Map, Value, json};

@@ -125,17 +125,16 @@ impl Plan {
         }
         // The declaring configs cover all routed experts at once.
         for t in [Target::Mxfp4Native, Target::Mxfp4Fused] {
-            if self.has(|x| x == t) {
-                if let Some(m) = modules.iter().find(|m| {
-                    m.role() == Role::RoutedExpert && self.targets.get(&m.name) != Some(&t)
-                }) {
-                    return Err(bad(
-                        &m.name,
-                        format!(
-                            "{t:?} must cover every routed expert (the config declares it model-wide)"
-                        ),
-                    ));
-                }
+            let uncovered = modules
+                .iter()
+                .find(|m| m.role() == Role::RoutedExpert && self.targets.get(&m.name) != Some(&t));
+            if let Some(m) = uncovered.filter(|_| self.has(|x| x == t)) {
+                return Err(bad(
+                    &m.name,
+                    format!(
+                        "{t:?} must cover every routed expert (the config declares it model-wide)"
+                    ),
+                ));
             }
         }
         let e8 = self.has(|t| t == Target::Fp8Block { e8m0: true });
