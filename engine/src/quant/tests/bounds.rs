@@ -231,3 +231,35 @@ fn bad_parts_are_refused_with_the_module_named() {
     assert!(Mxfp4::quantize("x.w", &[0.0; 16], 1, 16).is_err());
     assert!(Nvfp4::quantize("x.w", &[f32::NAN; 16], 1, 16, None).is_err());
 }
+
+/// Relative RMS error of each format on N(0, 1) weights [256, 512] (reported in
+/// docs/quantization.md; run with `--nocapture` to see the numbers).
+#[test]
+fn relative_rms_error_per_format() {
+    let (rows, cols) = (256, 512);
+    let mut rng = Rng::new(42);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+    let formats = [
+        QuantWeight::Fp8Block(Fp8Block::quantize("m", &w, rows, cols, true).unwrap()),
+        QuantWeight::Fp8Block(Fp8Block::quantize("m", &w, rows, cols, false).unwrap()),
+        QuantWeight::Fp8Tensor(Fp8Tensor::quantize("m", &w, rows, cols, None).unwrap()),
+        QuantWeight::Nvfp4(Nvfp4::quantize("m", &w, rows, cols, None).unwrap()),
+        QuantWeight::Mxfp4(Mxfp4::quantize("m", &w, rows, cols).unwrap()),
+    ];
+    let energy: f64 = w.iter().map(|x| (*x as f64).powi(2)).sum();
+    let mut rel = Vec::new();
+    for q in &formats {
+        let d = q.dequantize();
+        let err: f64 = w.iter().zip(&d).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let r = (err / energy).sqrt();
+        let bits = 8.0 * q.bytes() as f64 / (rows * cols) as f64;
+        eprintln!("weight rel-RMS {:<16} {r:.4}  ({bits:.3} bits/weight)", q.format().name());
+        rel.push(r);
+    }
+    // E4M3: relative half-ulp 2^-4, RMS about 2^-4/sqrt(3) for normals.
+    for r in &rel[..3] {
+        assert!(*r < 0.0625 / 3f64.sqrt() * 1.2, "{rel:?}");
+    }
+    // FP4 is several times worse than FP8, NVFP4's finer blocks and E4M3 scales beat MXFP4.
+    assert!(rel[3] > 3.0 * rel[0] && rel[4] > rel[3] && rel[4] < 0.25, "{rel:?}");
+}
