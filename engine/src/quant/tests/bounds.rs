@@ -250,10 +250,17 @@ fn relative_rms_error_per_format() {
     let mut rel = Vec::new();
     for q in &formats {
         let d = q.dequantize();
-        let err: f64 = w.iter().zip(&d).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let err: f64 = w
+            .iter()
+            .zip(&d)
+            .map(|(a, b)| ((a - b) as f64).powi(2))
+            .sum();
         let r = (err / energy).sqrt();
         let bits = 8.0 * q.bytes() as f64 / (rows * cols) as f64;
-        eprintln!("weight rel-RMS {:<16} {r:.4}  ({bits:.3} bits/weight)", q.format().name());
+        eprintln!(
+            "weight rel-RMS {:<16} {r:.4}  ({bits:.3} bits/weight)",
+            q.format().name()
+        );
         rel.push(r);
     }
     // E4M3: relative half-ulp 2^-4, RMS about 2^-4/sqrt(3) for normals.
@@ -261,5 +268,8 @@ fn relative_rms_error_per_format() {
         assert!(*r < 0.0625 / 3f64.sqrt() * 1.2, "{rel:?}");
     }
     // FP4 is several times worse than FP8, NVFP4's finer blocks and E4M3 scales beat MXFP4.
-    assert!(rel[3] > 3.0 * rel[0] && rel[4] > rel[3] && rel[4] < 0.25, "{rel:?}");
+    assert!(
+        rel[3] > 3.0 * rel[0] && rel[4] > rel[3] && rel[4] < 0.25,
+        "{rel:?}"
+    );
 }
