@@ -261,11 +261,17 @@ pub fn quantize_dir(
                     .or_default()
                     .entry(idx)
                     .or_default()[slot] = Some(q);
-                *summary.converted.entry(format!("{target:?}")).or_default() += 1;
+                *summary
+                    .converted
+                    .entry(target.label().to_string())
+                    .or_default() += 1;
                 continue;
             }
         };
-        *summary.converted.entry(format!("{target:?}")).or_default() += 1;
+        *summary
+            .converted
+            .entry(target.label().to_string())
+            .or_default() += 1;
         for t in store::tensors(m, &q) {
             shards.push(t)?;
         }

@@ -43,6 +43,19 @@ pub enum Target {
     Mxfp4Fused,
 }
 
+impl Target {
+    pub fn label(self) -> &'static str {
+        match self {
+            Target::Fp8Block { e8m0: true } => "fp8-block(e8m0)",
+            Target::Fp8Block { e8m0: false } => "fp8-block(f32)",
+            Target::Fp8Tensor => "fp8-tensor",
+            Target::Nvfp4 => "nvfp4",
+            Target::Mxfp4Native => "mxfp4 (DeepSeek FP4)",
+            Target::Mxfp4Fused => "mxfp4 (gpt-oss blocks)",
+        }
+    }
+}
+
 /// Module (official name) → target; modules not listed are copied unchanged.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
