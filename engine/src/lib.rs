@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod profile;
+pub mod quant;
 pub mod rng;
 pub mod scheduler;
 pub mod tensor;

@@ -1,7 +1,8 @@
 //! Checkpoints: one `*.safetensors` file or a sharded set with `model.safetensors.index.json`,
 //! memory-mapped, with every tensor reachable by its official DeepSeek name whatever spelling the
-//! file uses (see [`names`]). Fused expert tensors (transformers' in-memory layout) are exposed
-//! as per-expert views without copying. Quantized element types are returned as raw bytes; the
+//! file uses (see [`names`]). Fused expert tensors (transformers' in-memory layout, and gpt-oss
+//! MXFP4 `_blocks`/`_scales`) are exposed as per-expert views without copying: `[E, rows, …]`
+//! becomes `experts.X.w{1,3,2}.{weight,scale}` of shape `[rows (/2 for gate_up), ∏ rest]`. Quantized element types are returned as raw bytes; the
 //! quantization layer interprets them.
 
 pub mod names;
@@ -16,7 +17,7 @@ use memmap2::Mmap;
 
 pub use self::safetensors::{Dtype, OwnedTensor};
 use crate::error::{EngineError, Result};
-use names::{FusedExperts, canonical_name, fused_experts};
+use names::{FusedExperts, canonical_name, fused_experts, fused_mxfp4};
 
 /// Where one tensor's bytes live.
 #[derive(Debug, Clone)]
@@ -159,14 +160,17 @@ impl Checkpoint {
             self.entries.insert(name, entry);
             Ok(())
         };
-        if let Some((prefix, kind)) = fused_experts(&canonical) {
-            if h.shape.len() != 3 {
+        let fused = fused_mxfp4(&canonical)
+            .or_else(|| fused_experts(&canonical).map(|(prefix, kind)| (prefix, kind, "weight")));
+        if let Some((prefix, kind, leaf)) = fused {
+            if h.shape.len() < 3 {
                 return Err(EngineError::BadTensor {
                     name: stored,
-                    message: format!("fused experts need 3 dims, found {:?}", h.shape),
+                    message: format!("fused experts need at least 3 dims, found {:?}", h.shape),
                 });
             }
-            let (e, rows, cols) = (h.shape[0], h.shape[1], h.shape[2]);
+            let (e, rows) = (h.shape[0], h.shape[1]);
+            let cols: usize = h.shape[2..].iter().product();
             let expert_bytes = rows * cols * h.dtype.size();
             for x in 0..e {
                 let base = h.start + x * expert_bytes;
@@ -186,10 +190,10 @@ impl Checkpoint {
                                 message: format!("gate_up rows {rows} are not even"),
                             });
                         }
-                        add(format!("{prefix}.{x}.w1.weight"), part(0, 2))?;
-                        add(format!("{prefix}.{x}.w3.weight"), part(1, 2))?;
+                        add(format!("{prefix}.{x}.w1.{leaf}"), part(0, 2))?;
+                        add(format!("{prefix}.{x}.w3.{leaf}"), part(1, 2))?;
                     }
-                    FusedExperts::Down => add(format!("{prefix}.{x}.w2.weight"), part(0, 1))?,
+                    FusedExperts::Down => add(format!("{prefix}.{x}.w2.{leaf}"), part(0, 1))?,
                 }
             }
             return Ok(());

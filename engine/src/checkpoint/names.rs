@@ -108,6 +108,20 @@ pub fn fused_experts(canonical: &str) -> Option<(String, FusedExperts)> {
     None
 }
 
+/// Recognizes gpt-oss MXFP4 fused experts, `….experts.{gate_up,down}_proj_{blocks,scales}`
+/// (`[E, rows, K/32, 16]` U8 codes and `[E, rows, K/32]` U8 scales), and returns the canonical
+/// prefix, the fused kind and the per-expert tensor leaf they become (`weight` or `scale`).
+pub fn fused_mxfp4(canonical: &str) -> Option<(String, FusedExperts, &'static str)> {
+    let (stem, leaf) = if let Some(s) = canonical.strip_suffix("_blocks") {
+        (s, "weight")
+    } else if let Some(s) = canonical.strip_suffix("_scales") {
+        (s, "scale")
+    } else {
+        return None;
+    };
+    fused_experts(stem).map(|(prefix, kind)| (prefix, kind, leaf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +233,24 @@ mod tests {
             Some(("layers.1.ffn.experts".to_string(), FusedExperts::Down))
         );
         assert_eq!(fused_experts("layers.1.ffn.shared_experts.w2.weight"), None);
+        assert_eq!(
+            fused_mxfp4(&canonical_name(
+                "model.layers.1.mlp.experts.gate_up_proj_blocks"
+            )),
+            Some((
+                "layers.1.ffn.experts".to_string(),
+                FusedExperts::GateUp,
+                "weight"
+            ))
+        );
+        assert_eq!(
+            fused_mxfp4("layers.1.ffn.experts.down_proj_scales"),
+            Some((
+                "layers.1.ffn.experts".to_string(),
+                FusedExperts::Down,
+                "scale"
+            ))
+        );
+        assert_eq!(fused_mxfp4("layers.1.ffn.experts.down_proj"), None);
     }
 }

@@ -1,13 +1,18 @@
-//! Linear layers `y = x · Wᵀ` over weights kept in their stored format. Dense f32/bf16/f16 now;
-//! quantized formats plug in as further [`WeightData`] variants. The CPU path dequantizes a tile
-//! of weight rows at a time into f32 and reuses it for every token, so a checkpoint is never
-//! expanded to f32 in memory (only one tile per thread is).
+//! Linear layers `y = x · Wᵀ` over weights kept in their stored format: dense f32/bf16/f16 or a
+//! packed quantized format ([`QuantWeight`]: FP8 block/tensor, NVFP4, MXFP4). The CPU path
+//! dequantizes a tile of weight rows at a time into f32 and reuses it for every token, so a
+//! checkpoint is never expanded to f32 in memory (only one tile per thread is). An optional
+//! observer records the largest input magnitude (calibration of static activation scales).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::checkpoint::{Dtype, TensorRef};
 use crate::error::{EngineError, Result};
+use crate::quant::{Format, QuantWeight};
 use crate::tensor::{Mat, dot};
 
 /// Rows of W dequantized together; sized so a tile of a 4096-wide row stays in L2.
@@ -19,6 +24,7 @@ pub enum WeightData {
     F32(Vec<f32>),
     Bf16(Vec<u16>),
     F16(Vec<u16>),
+    Quant(QuantWeight),
 }
 
 impl WeightData {
@@ -27,15 +33,36 @@ impl WeightData {
         match self {
             WeightData::F32(v) => v.len() * 4,
             WeightData::Bf16(v) | WeightData::F16(v) => v.len() * 2,
+            WeightData::Quant(q) => q.bytes(),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        match self {
+            WeightData::F32(_) => Format::F32,
+            WeightData::Bf16(_) => Format::Bf16,
+            WeightData::F16(_) => Format::F16,
+            WeightData::Quant(q) => q.format(),
         }
     }
 
     pub fn format_name(&self) -> &'static str {
-        match self {
-            WeightData::F32(_) => "f32",
-            WeightData::Bf16(_) => "bf16",
-            WeightData::F16(_) => "f16",
-        }
+        self.format().name()
+    }
+}
+
+/// Largest |x| seen by a linear's forward (f32 bits; non-negative floats order like integers).
+#[derive(Debug, Default)]
+pub struct AmaxObserver(AtomicU32);
+
+impl AmaxObserver {
+    pub fn record(&self, x: &[f32]) {
+        let m = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        self.0.fetch_max(m.to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> f32 {
+        f32::from_bits(self.0.load(Ordering::Relaxed))
     }
 }
 
@@ -45,6 +72,8 @@ pub struct Linear {
     pub out_features: usize,
     pub in_features: usize,
     pub data: WeightData,
+    /// Calibration hook; `None` on the serving path.
+    pub observer: Option<Arc<AmaxObserver>>,
 }
 
 impl Linear {
@@ -74,7 +103,18 @@ impl Linear {
             out_features: out,
             in_features: inp,
             data,
+            observer: None,
         })
+    }
+
+    /// Wraps a packed quantized weight.
+    pub fn from_quant(w: QuantWeight) -> Self {
+        Self {
+            out_features: w.rows(),
+            in_features: w.cols(),
+            data: WeightData::Quant(w),
+            observer: None,
+        }
     }
 
     /// Wraps f32 values `[out, in]`.
@@ -84,27 +124,42 @@ impl Linear {
             out_features: out,
             in_features: inp,
             data: WeightData::F32(w),
+            observer: None,
         }
     }
 
     /// Splits the rows into `parts` equal consecutive blocks (the grouped output projection
     /// stores its groups stacked along the output dim).
     pub fn split_rows(self, parts: usize) -> Vec<Linear> {
-        let rows = self.out_features / parts;
+        let rows = self.out_features / parts.max(1);
         let k = self.in_features;
-        let block = |start: usize| -> WeightData {
-            let r = start * rows * k..(start + 1) * rows * k;
-            match &self.data {
-                WeightData::F32(w) => WeightData::F32(w[r].to_vec()),
-                WeightData::Bf16(w) => WeightData::Bf16(w[r].to_vec()),
-                WeightData::F16(w) => WeightData::F16(w[r].to_vec()),
-            }
+        let step = (rows * k).max(1);
+        let datas: Vec<WeightData> = match &self.data {
+            WeightData::F32(w) => w
+                .chunks(step)
+                .map(|c| WeightData::F32(c.to_vec()))
+                .collect(),
+            WeightData::Bf16(w) => w
+                .chunks(step)
+                .map(|c| WeightData::Bf16(c.to_vec()))
+                .collect(),
+            WeightData::F16(w) => w
+                .chunks(step)
+                .map(|c| WeightData::F16(c.to_vec()))
+                .collect(),
+            WeightData::Quant(q) => q
+                .split_rows(parts)
+                .into_iter()
+                .map(WeightData::Quant)
+                .collect(),
         };
-        (0..parts)
-            .map(|g| Linear {
+        datas
+            .into_iter()
+            .map(|data| Linear {
                 out_features: rows,
                 in_features: k,
-                data: block(g),
+                data,
+                observer: self.observer.clone(),
             })
             .collect()
     }
@@ -120,6 +175,7 @@ impl Linear {
                 buf.extend(w[range].iter().map(|&b| bf16::from_bits(b).to_f32()))
             }
             WeightData::F16(w) => buf.extend(w[range].iter().map(|&b| f16::from_bits(b).to_f32())),
+            WeightData::Quant(q) => q.dequant_rows(start, n, buf),
         }
     }
 
@@ -149,6 +205,9 @@ impl Linear {
         let mut out = Mat::zeros(t, n);
         if t == 0 {
             return out;
+        }
+        if let Some(o) = &self.observer {
+            o.record(&x.data);
         }
         let tiles: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(TILE_ROWS))
             .into_par_iter()
@@ -207,6 +266,7 @@ mod tests {
                 out_features: n,
                 in_features: k,
                 data,
+                observer: None,
             };
             let y = lin.forward(&x);
             for ti in 0..t {

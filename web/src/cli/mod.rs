@@ -3,8 +3,10 @@
 
 mod bench;
 mod generate;
+mod info;
 mod logits;
 mod serve;
+mod quantize;
 
 use std::path::PathBuf;
 
@@ -36,6 +38,12 @@ pub enum Command {
     Serve(serve::Args),
     /// Drive a running server and print the "Serving Benchmark Result" table.
     Bench(bench::Args),
+    /// Write a checkpoint in a quantized format (nvfp4, mxfp4, deepseek-fp4, fp8, fp8-v3) or
+    /// dequantize one (f32).
+    Quantize(quantize::Args),
+    /// Describe a checkpoint: architecture, parameters, bytes by format, per-layer quantization,
+    /// cache bytes per token, MoE backends that could run it.
+    Info(info::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
@@ -44,6 +52,8 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Quantize(a) => quantize::run(a),
+        Command::Info(a) => info::run(a),
     }
 }
 

@@ -5,6 +5,9 @@
 //! the same code, so they agree by construction.
 
 mod attention;
+pub mod info;
+pub mod modules;
+pub mod quantize;
 pub mod synthetic;
 pub mod weights;
 

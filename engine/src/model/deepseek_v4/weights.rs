@@ -1,5 +1,7 @@
 //! Loading DeepSeek-V4 weights by their official names (model-spec §3.2), checking every shape
-//! against the config. Dense weights keep their stored dtype; small vectors become f32.
+//! against the config. Dense weights keep their stored dtype, quantized linears stay packed in
+//! the format the checkpoint stores and its quantization config allows (see `quant::load`);
+//! small vectors become f32.
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{AttnKind, MlpKind, ModelConfig};
@@ -8,6 +10,7 @@ use crate::ops::attention::{Compressor, Indexer};
 use crate::ops::linear::Linear;
 use crate::ops::mhc::{HyperConnection, HyperHead};
 use crate::ops::moe::{Expert, MoeBlock, Router, Selection};
+use crate::quant::{Kind, QuantConfig, load::load_linear};
 
 /// Attention weights of one layer.
 #[derive(Debug, Clone)]
@@ -48,6 +51,7 @@ pub struct ModelWeights {
 struct Loader<'a> {
     ck: &'a Checkpoint,
     cfg: &'a ModelConfig,
+    quant: &'a QuantConfig,
 }
 
 impl Loader<'_> {
@@ -56,7 +60,7 @@ impl Loader<'_> {
     }
 
     fn linear(&self, prefix: &str, out: usize, inp: usize) -> Result<Linear> {
-        Linear::from_tensor(self.ck.get(&format!("{prefix}.weight"))?, out, inp)
+        load_linear(self.ck, self.quant, prefix, out, inp)
     }
 
     fn hc(&self, prefix: &str) -> Result<HyperConnection> {
@@ -152,10 +156,23 @@ impl Loader<'_> {
 
     fn expert(&self, prefix: &str, inter: usize) -> Result<Expert> {
         let d = self.cfg.hidden_size;
+        let w1 = self.linear(&format!("{prefix}.w1"), inter, d)?;
+        let w3 = self.linear(&format!("{prefix}.w3"), inter, d)?;
+        // Engines fuse gate and up into one GEMM with one set of global scales.
+        let (f1, f3) = (w1.data.format(), w3.data.format());
+        if f1 != f3 && (f1.kind() != Kind::Dense || f3.kind() != Kind::Dense) {
+            return Err(EngineError::Quantization {
+                module: prefix.to_string(),
+                message: format!(
+                    "w1 (gate) is {f1} but w3 (up) is {f3}; the fused gate/up pair must share \
+                     one format"
+                ),
+            });
+        }
         Ok(Expert {
-            w1: self.linear(&format!("{prefix}.w1"), inter, d)?,
+            w1,
             w2: self.linear(&format!("{prefix}.w2"), d, inter)?,
-            w3: self.linear(&format!("{prefix}.w3"), inter, d)?,
+            w3,
             limit: self.cfg.swiglu_limit,
         })
     }
@@ -208,8 +225,14 @@ impl Loader<'_> {
 }
 
 impl ModelWeights {
+    /// Loads with the quantization config found next to the checkpoint (`config.json`,
+    /// `hf_quant_config.json`).
     pub fn load(ck: &Checkpoint, cfg: &ModelConfig) -> Result<Self> {
-        let ld = Loader { ck, cfg };
+        Self::load_with(ck, cfg, &QuantConfig::from_dir(ck.dir())?)
+    }
+
+    pub fn load_with(ck: &Checkpoint, cfg: &ModelConfig, quant: &QuantConfig) -> Result<Self> {
+        let ld = Loader { ck, cfg, quant };
         let (v, d) = (cfg.vocab_size, cfg.hidden_size);
         let embed = ld.linear("embed", v, d)?;
         let head = if ck.contains("head.weight") || !cfg.tie_word_embeddings {
@@ -244,5 +267,53 @@ impl ModelWeights {
             },
             layers,
         })
+    }
+}
+
+impl ModelWeights {
+    /// Visits every linear layer with its official module name (the groups of the split
+    /// `wo_a` share one name). Calibration attaches observers through it.
+    pub fn for_each_linear(&mut self, f: &mut dyn FnMut(&str, &mut Linear)) {
+        f("embed", &mut self.embed);
+        f("head", &mut self.head);
+        for (l, lw) in self.layers.iter_mut().enumerate() {
+            let a = format!("layers.{l}.attn");
+            let at = &mut lw.attn;
+            f(&format!("{a}.wq_a"), &mut at.wq_a);
+            f(&format!("{a}.wq_b"), &mut at.wq_b);
+            f(&format!("{a}.wkv"), &mut at.wkv);
+            for g in &mut at.wo_a {
+                f(&format!("{a}.wo_a"), g);
+            }
+            f(&format!("{a}.wo_b"), &mut at.wo_b);
+            if let Some(c) = &mut at.compressor {
+                f(&format!("{a}.compressor.wkv"), &mut c.wkv);
+                f(&format!("{a}.compressor.wgate"), &mut c.wgate);
+            }
+            if let Some(ix) = &mut at.indexer {
+                f(&format!("{a}.indexer.wq_b"), &mut ix.wq_b);
+                f(&format!("{a}.indexer.weights_proj"), &mut ix.weights_proj);
+                f(
+                    &format!("{a}.indexer.compressor.wkv"),
+                    &mut ix.compressor.wkv,
+                );
+                f(
+                    &format!("{a}.indexer.compressor.wgate"),
+                    &mut ix.compressor.wgate,
+                );
+            }
+            let p = format!("layers.{l}.ffn");
+            f(&format!("{p}.gate"), &mut lw.moe.router.weight);
+            for (e, ex) in lw.moe.experts.iter_mut().enumerate() {
+                f(&format!("{p}.experts.{e}.w1"), &mut ex.w1);
+                f(&format!("{p}.experts.{e}.w3"), &mut ex.w3);
+                f(&format!("{p}.experts.{e}.w2"), &mut ex.w2);
+            }
+            if let Some(s) = &mut lw.moe.shared {
+                f(&format!("{p}.shared_experts.w1"), &mut s.w1);
+                f(&format!("{p}.shared_experts.w3"), &mut s.w3);
+                f(&format!("{p}.shared_experts.w2"), &mut s.w2);
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! picks `k` routed experts per token (hash table or top-k of score + bias) with normalized,
 //! scaled weights; each expert is a clamped SwiGLU; a shared expert is always added.
 
+pub mod backends;
 mod experts;
 mod router;
 

@@ -1,0 +1,27 @@
+//! Quantized weight formats (model-spec §5): element and scale encodings (FP4 E2M1, FP8 E4M3FN,
+//! E8M0), the packed weights built from them (DeepSeek FP8 block-scaled and ModelOpt FP8
+//! per-tensor, ModelOpt NVFP4, MXFP4 / DeepSeek FP4), quantization configs and their per-module
+//! resolution, and loading a linear module in whichever format the checkpoint stores. Every
+//! format here has a CPU reference dequantizer; quantizers use the scale rounding the spec gives.
+
+pub mod config;
+pub mod e2m1;
+pub mod e4m3;
+pub mod e8m0;
+pub mod fp8;
+pub mod load;
+pub mod mxfp4;
+pub mod nvfp4;
+pub mod resolve;
+pub mod store;
+pub mod weight;
+
+pub use config::{Algo, Base, ModelOpt, QuantConfig};
+pub use fp8::{BlockScales, Fp8Block, Fp8Tensor};
+pub use mxfp4::Mxfp4;
+pub use nvfp4::Nvfp4;
+pub use resolve::{Expect, Role};
+pub use weight::{Format, Kind, QuantWeight};
+
+#[cfg(test)]
+mod tests;
