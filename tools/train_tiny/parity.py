@@ -142,6 +142,10 @@ def main():
         ("arith_shape_bf16", tiny_config([S, C, H, C, H, S], ["hash_moe"] * 2 + ["moe"] * 4,
                                          24, 4, 16, 8, vocab=18), 160, 2, True),
     ]
+    # The shape models/arith is trained with, at its full context, stored as it ships (bf16).
+    import train  # noqa: E402
+
+    cases.append(("models_arith_config_bf16", train.model_config(256), 256, 1, True))
     ok = True
     for i, (name, cfg, seq, batch, bf16) in enumerate(cases):
         ok &= check(name, cfg, seq, batch, a.amdahl, tmp, 100 + i, bf16)

@@ -312,7 +312,8 @@ class Attention(nn.Module):
             visible = (torch.arange(n, device=u.device)[None, :] < ((t + 1) // self.ratio)[:, None])
             visible = visible[None].expand(b, s, n)
             if self.indexer is not None:
-                score, sel = self.indexer(u, qr, cos, sin, visible)
+                # The indexer learns only from its distillation loss: its inputs are detached.
+                score, sel = self.indexer(u.detach(), qr.detach(), cos, sin, visible)
                 cmask = sel
             else:
                 cmask = visible
@@ -333,7 +334,8 @@ class Attention(nn.Module):
                 tot = tgt.sum(-1, keepdim=True)
                 has = (tot > 0).squeeze(-1)
                 tgt = tgt / tot.clamp_min(1e-20)
-            logq = torch.log_softmax(score.masked_fill(~sel, NEG_INF), -1)
+            # A finite fill keeps rows without any selected entry NaN-free in backward.
+            logq = torch.log_softmax(score.masked_fill(~sel, -1e30), -1)
             kl = (tgt * (tgt.clamp_min(1e-20).log() - logq.masked_fill(~sel, 0.0))).sum(-1)
             aux.append((kl * has).sum() / has.sum().clamp_min(1))
         g = cfg.o_groups
@@ -477,9 +479,13 @@ def _site_names(l):
 
 
 def export(model):
-    """state -> {official name: f32 tensor} (routed experts split, buffers included)."""
-    cfg = model.cfg
-    sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    """module -> {official name: f32 tensor} (routed experts split, buffers included)."""
+    return export_state(model.state_dict(), model.cfg)
+
+
+def export_state(state, cfg):
+    """state dict -> {official name: f32 tensor} (routed experts split, buffers included)."""
+    sd = {k: v.detach().float().cpu() for k, v in state.items()}
     out = {}
     rename = {}
     for l in range(cfg.num_layers):
@@ -555,12 +561,13 @@ def _official_name(k, cfg):
     return k2
 
 
-def save_checkpoint(model, path, matrices_bf16):
-    """Writes model.safetensors: linear/embedding matrices in bf16 when asked, every other
-    float tensor (norms, mHC, sinks, compressor position biases, router bias) in f32."""
+def save_checkpoint(model, path, matrices_bf16, state=None):
+    """Writes model.safetensors (from `state` if given, else the module): linear/embedding
+    matrices in bf16 when asked, every other float tensor (norms, mHC, sinks, compressor
+    position biases, router bias) in f32."""
     from safetensors.torch import save_file
 
-    t = export(model)
+    t = export_state(state, model.cfg) if state is not None else export(model)
     out = {}
     for k, v in t.items():
         if v.dtype == torch.long:

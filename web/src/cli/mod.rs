@@ -1,6 +1,7 @@
 //! Command-line interface: argument definitions and dispatch. Each command lives in its own file
 //! and talks to the engine only.
 
+mod eval_arith;
 mod generate;
 mod logits;
 
@@ -30,12 +31,15 @@ pub enum Command {
     Logits(logits::Args),
     /// Greedy generation from a prompt (token ids or text).
     Generate(generate::Args),
+    /// Exact-match accuracy of an arithmetic model (models/arith) through the engine, per op.
+    EvalArith(eval_arith::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Logits(a) => logits::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::EvalArith(a) => eval_arith::run(a),
     }
 }
 
