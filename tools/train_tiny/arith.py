@@ -65,9 +65,9 @@ def _operand(ndig_max, n, g, device):
     return lo + (u * (hi - lo)).long().clamp(max=hi - lo - 1), nd
 
 
-def problems(n, g, device):
+def problems(n, g, device, op_weights=None):
     """n random problems -> dict of tokens [n,FIELD], valid, answer mask, op id, full width."""
-    w = torch.tensor([o[2] for o in OPS], device=device)
+    w = torch.tensor(op_weights or [o[2] for o in OPS], device=device)
     op = torch.multinomial(w.expand(n, -1), 1, generator=g).squeeze(1)
     a3, na3 = _operand(3, n, g, device)
     b3, nb3 = _operand(3, n, g, device)
@@ -92,11 +92,11 @@ def problems(n, g, device):
     return {"tokens": toks, "valid": valid, "answer": answer, "op": op, "full": full}
 
 
-def batch(b, s, g, device, bos_prob=0.5):
+def batch(b, s, g, device, bos_prob=0.5, op_weights=None):
     """[b,s] ids, answer mask (positions holding answer tokens), problem index per position
     (-1 for <bos>), op id and full-width flag per problem ([b,K]), whether problem k is complete."""
     k = s // 6 + 1  # the shortest problem is 6 tokens, so k problems always fill s
-    p = problems(b * k, g, device)
+    p = problems(b * k, g, device, op_weights)
     toks = p["tokens"].view(b, k * FIELD)
     valid = p["valid"].view(b, k * FIELD)
     answer = p["answer"].view(b, k * FIELD)

@@ -109,8 +109,9 @@ def fmt(acc):
     return ", ".join(parts)
 
 
-def score(acc):
-    return sum(acc[k][0] / max(acc[k][1], 1) for k in arith.OP_NAMES) / len(arith.OP_NAMES)
+def score(acc, how="mean"):
+    per = [acc[k][0] / max(acc[k][1], 1) for k in arith.OP_NAMES]
+    return min(per) if how == "min" else sum(per) / len(per)
 
 
 def main():
@@ -129,6 +130,11 @@ def main():
     ap.add_argument("--aux", type=float, default=0.05, help="indexer distillation loss weight")
     ap.add_argument("--seed", type=int, default=TRAIN_SEED)
     ap.add_argument("--tiny", action="store_true", help="a miniature model (script smoke test)")
+    ap.add_argument("--init", default=None, help="continue from this model folder's weights")
+    ap.add_argument("--op-weights", default=None,
+                    help="training mix of add,sub,mul (held-out keeps arith.OPS), e.g. 0.2,0.55,0.25")
+    ap.add_argument("--select", choices=["mean", "min"], default="mean",
+                    help="keep the checkpoint with the best mean / worst-op held-out accuracy")
     a = ap.parse_args()
 
     t_start = time.time()
@@ -156,6 +162,15 @@ def main():
     cfg = v4torch.V4Config(cfg_dict)
     torch.manual_seed(a.seed)
     model = v4torch.V4Model(cfg, max_pos=a.seq).to(device)
+    if a.init:
+        from safetensors.torch import load_file
+
+        with open(os.path.join(a.init, "config.json")) as f:
+            assert json.load(f) == json.loads(json.dumps(cfg_dict)), "--init config differs"
+        t = load_file(os.path.join(a.init, "model.safetensors"))
+        v4torch.load_official(model, {k: (v.float() if v.is_floating_point() else v).to(device)
+                                      for k, v in t.items()})
+    op_weights = [float(x) for x in a.op_weights.split(",")] if a.op_weights else None
     n_params = sum(p.numel() for p in model.parameters())
     log(f"device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}), "
         f"torch {torch.__version__}, params {n_params / 1e6:.2f}M, config {json.dumps(cfg_dict)}")
@@ -169,6 +184,10 @@ def main():
     budget = a.minutes * 60.0
     total = a.steps if a.steps > 0 else 10**9
     best = (-1.0, None, 0)
+    if a.init:
+        acc = evaluate(model, held, device, use_amp)
+        best = (score(acc, a.select), {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, 0)
+        log(f"eval step 0 (from {a.init}): {fmt(acc)}")
     step = 0
     t_train = time.time()
     probe_t0 = None
@@ -190,7 +209,7 @@ def main():
             lr_scale *= 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * prog))
         for gr in opt.param_groups:
             gr["lr"] = a.lr * lr_scale
-        bt = arith.batch(a.batch, a.seq, g_train, device)
+        bt = arith.batch(a.batch, a.seq, g_train, device, op_weights=op_weights)
         aux = []
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
             logits = model(bt["ids"], aux=aux)
@@ -214,8 +233,8 @@ def main():
                 f"gnorm {gn.item():.2f} lr {a.lr * lr_scale:.2e}")
         if step % a.eval_every == 0 or step == total:
             acc = evaluate(model, held, device, use_amp)
-            sc = score(acc)
-            log(f"eval step {step}: mean {100 * sc:.2f}% | {fmt(acc)}")
+            sc = score(acc, a.select)
+            log(f"eval step {step}: {a.select} {100 * sc:.2f}% | {fmt(acc)}")
             if sc >= best[0]:
                 state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
                 best = (sc, state, step)
@@ -228,8 +247,8 @@ def main():
 
     if best[1] is None or (step % a.eval_every != 0 and step != total):
         acc = evaluate(model, held, device, use_amp)
-        sc = score(acc)
-        log(f"eval step {step}: mean {100 * sc:.2f}% | {fmt(acc)}")
+        sc = score(acc, a.select)
+        log(f"eval step {step}: {a.select} {100 * sc:.2f}% | {fmt(acc)}")
         if sc >= best[0]:
             best = (sc, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, step)
     log(f"training done: {step} steps in {time.time() - t_train:.1f}s; best eval at step {best[2]}")
