@@ -122,7 +122,11 @@ fn pick(rng: &mut Rng, weights: &[f64]) -> usize {
 /// Draws an operand and reports whether it has the maximum digit count.
 fn operand(rng: &mut Rng, op: Op) -> (i64, bool) {
     let digits = pick(rng, op.digit_weights()) as u32 + 1;
-    let lo = if digits == 1 { 0 } else { 10i64.pow(digits - 1) };
+    let lo = if digits == 1 {
+        0
+    } else {
+        10i64.pow(digits - 1)
+    };
     let hi = 10i64.pow(digits);
     let v = lo + rng.below((hi - lo) as usize) as i64;
     (v, digits == op.max_digits())
@@ -328,7 +332,10 @@ mod tests {
             assert_eq!(p.full_width, full(p.a) && full(p.b), "{p:?}");
         }
         assert!(ps.iter().any(|p| p.op == Op::Sub && p.answer() < 0));
-        let full_mul = ps.iter().filter(|p| p.op == Op::Mul && p.full_width).count();
+        let full_mul = ps
+            .iter()
+            .filter(|p| p.op == Op::Mul && p.full_width)
+            .count();
         let mul = ps.iter().filter(|p| p.op == Op::Mul).count();
         let share_full = full_mul as f64 / mul as f64;
         assert!((share_full - 0.75 * 0.75).abs() < 0.03, "{share_full}");
@@ -363,7 +370,10 @@ mod tests {
         let mut texts = vec!["17*23=".to_string()];
         let problems: Vec<Problem> = (0..24).map(|_| draw(&mut rng)).collect();
         texts.extend(problems.iter().map(Problem::question));
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t, false).unwrap()).collect();
+        let ids: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| tok.encode(t, false).unwrap())
+            .collect();
         let outs = greedy_batch(&model, &ids, 6).unwrap();
         assert_eq!(tok.decode(&outs[0], true).unwrap(), "391\n");
         let right = problems
