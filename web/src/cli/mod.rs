@@ -2,6 +2,7 @@
 //! and talks to the engine only.
 
 mod bench;
+mod eval_arith;
 mod generate;
 mod info;
 mod logits;
@@ -44,6 +45,8 @@ pub enum Command {
     /// Describe a checkpoint: architecture, parameters, bytes by format, per-layer quantization,
     /// cache bytes per token, MoE backends that could run it.
     Info(info::Args),
+    /// Exact-match accuracy of an arithmetic model (models/arith) through the engine, per op.
+    EvalArith(eval_arith::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
@@ -54,6 +57,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Info(a) => info::run(a),
+        Command::EvalArith(a) => eval_arith::run(a),
     }
 }
 
