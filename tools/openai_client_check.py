@@ -26,7 +26,7 @@ def main(url: str, key: str) -> int:
 
     stream = client.chat.completions.create(
         model=model,
-        messages=[{"role": "user", "content": "What is 1+1?"}],
+        messages=[{"role": "user", "content": "17*23"}],
         max_tokens=8,
         temperature=0,
         stream=True,
@@ -46,7 +46,7 @@ def main(url: str, key: str) -> int:
 
     full = client.chat.completions.create(
         model=model,
-        messages=[{"role": "user", "content": "What is 1+1?"}],
+        messages=[{"role": "user", "content": "17*23"}],
         max_tokens=8,
         temperature=0,
         extra_body={"ignore_eos": True},

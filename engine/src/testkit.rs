@@ -109,14 +109,6 @@ pub fn serving_spec() -> TinySpec {
     }
 }
 
-/// Seed of the committed default model (`models/default`).
-pub const DEFAULT_MODEL_SEED: u64 = 20_260_101;
-
-/// Writes the default model: [`serving_spec`] with [`DEFAULT_MODEL_SEED`].
-pub fn write_default_model(dir: &Path) -> Result<()> {
-    write_model_dir(dir, &serving_spec(), DEFAULT_MODEL_SEED)
-}
-
 /// Writes a complete servable model folder: config.json, model.safetensors, tokenizer files.
 pub fn write_model_dir(dir: &Path, spec: &TinySpec, seed: u64) -> Result<()> {
     spec.write(dir, seed)?;

@@ -1,7 +1,7 @@
-//! The default model served when `--model` is absent: the files of `models/default/` embedded in
-//! the binary. Run from a checkout, the folder is used in place; elsewhere the files are unpacked
-//! once into a cache folder named by their content hash. Swapping in another default model is a
-//! change of that folder (and of `testkit::write_default_model`, which a test holds it to).
+//! The default model served when `--model` is absent: the tiny DeepSeek-V4 trained on arithmetic
+//! (`models/arith/`, made by tools/train_tiny/), embedded in the binary. Run from a checkout, the
+//! folder is used in place; elsewhere the files are unpacked once into a cache folder named by
+//! their content hash. Swapping in another default model is a change of that folder.
 
 use std::path::{Path, PathBuf};
 
@@ -13,25 +13,25 @@ pub const NAME: &str = "amdahl-default";
 const FILES: [(&str, &[u8]); 4] = [
     (
         "config.json",
-        include_bytes!("../../models/default/config.json"),
+        include_bytes!("../../models/arith/config.json"),
     ),
     (
         "model.safetensors",
-        include_bytes!("../../models/default/model.safetensors"),
+        include_bytes!("../../models/arith/model.safetensors"),
     ),
     (
         "tokenizer.json",
-        include_bytes!("../../models/default/tokenizer.json"),
+        include_bytes!("../../models/arith/tokenizer.json"),
     ),
     (
         "tokenizer_config.json",
-        include_bytes!("../../models/default/tokenizer_config.json"),
+        include_bytes!("../../models/arith/tokenizer_config.json"),
     ),
 ];
 
 /// Where the folder lives in a checkout.
 pub fn repo_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/arith")
 }
 
 /// FNV-1a over every embedded file (name and bytes).
@@ -101,14 +101,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn committed_model_is_reproducible_and_unpacks() {
-        let fresh = tempfile::tempdir().unwrap();
-        amdahl_engine::testkit::write_default_model(fresh.path()).unwrap();
+    fn embedded_model_matches_the_checkout_and_unpacks() {
         for (name, bytes) in FILES {
-            let made = std::fs::read(fresh.path().join(name)).unwrap();
+            let on_disk = std::fs::read(repo_dir().join(name)).unwrap();
             assert!(
-                made == bytes,
-                "{name}: models/default differs from the generator"
+                on_disk == bytes,
+                "{name}: embedded copy differs from models/arith"
             );
         }
         let root = tempfile::tempdir().unwrap();

@@ -6,8 +6,8 @@ mod eval_arith;
 mod generate;
 mod info;
 mod logits;
-mod serve;
 mod quantize;
+mod serve;
 
 use std::path::PathBuf;
 
