@@ -12,19 +12,17 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Arbiter};
 
 use crate::api::{DeviceSpec, EngineConfig, ModelInfo};
-use crate::error::{EngineError, Result};
+use crate::device::{CudaBackend, CudaOptions};
+use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::model::deepseek_v4::DeepseekV4;
 use coordinator::Coordinator;
 use telemetry::Telemetry;
-use worker::{CpuBackend, DeviceWorker};
+use worker::{Backend, CpuBackend, DeviceWorker};
 
 /// Loads the model and starts the three actors. Must run inside an actix `System`.
 pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, Arc<Metrics>)> {
-    let model = match cfg.device {
-        DeviceSpec::Cpu => DeepseekV4::load(&cfg.model_dir)?,
-        DeviceSpec::Cuda(_) => return Err(EngineError::CudaNotCompiled),
-    };
+    let model = DeepseekV4::load(&cfg.model_dir)?;
     let c = &model.cfg;
     let max_model_len = cfg
         .max_model_len
@@ -42,7 +40,10 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, 
         max_model_len,
         vocab_size: c.vocab_size,
         eos_token_ids: c.eos_token_ids.clone(),
-        device: "cpu".into(),
+        device: match cfg.device {
+            DeviceSpec::Cpu => "cpu".into(),
+            DeviceSpec::Cuda(n) => format!("cuda:{n}"),
+        },
     };
     let metrics = Arc::new(Metrics::new(max_model_len as u64)?);
     metrics
@@ -51,10 +52,22 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, 
         .set(1);
     let telemetry = Telemetry::new(metrics.clone(), info.name.clone(), info.device.clone()).start();
     let arbiter = Arbiter::new();
-    let backend = CpuBackend::new(model);
-    let worker = DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-        DeviceWorker::new(Box::new(backend))
-    });
+    let backend: Box<dyn Backend> = match cfg.device {
+        DeviceSpec::Cpu => Box::new(CpuBackend::new(model)),
+        DeviceSpec::Cuda(ordinal) => {
+            let opts = CudaOptions {
+                ordinal,
+                max_batch: cfg.scheduler.max_seqs,
+                max_len: max_model_len,
+                max_step_tokens: cfg.scheduler.max_step_tokens,
+                ..CudaOptions::default()
+            };
+            // The CPU copy of the weights is dropped once they are on the device.
+            Box::new(CudaBackend::new(&model, opts)?)
+        }
+    };
+    let worker =
+        DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| DeviceWorker::new(backend));
     let coord = Coordinator::new(cfg.scheduler, info.clone(), worker, arbiter, telemetry).start();
     Ok((coord, info, metrics))
 }
