@@ -461,27 +461,27 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) sparse_attn_partial(
 }
 
 // Merges the splits of each head with the sink in the denominator, rotates the rope dims back by
-// the query position, writes bf16 [T, H·d]. One block per row, one thread per channel pair.
+// the query position, writes bf16 [T, H·d]. Block (head, row), one thread per channel pair.
 extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const float* __restrict__ o_part, const float* __restrict__ ml_part,
     const float* __restrict__ sinks, int H, int d, int splits, const int* __restrict__ row_pos,
     const float* __restrict__ inv_freq, int rd, float rope_scale, u16* __restrict__ out) {
-    const int t = blockIdx.x;
+    const int h = blockIdx.x, t = blockIdx.y;
     const int pos = row_pos[t];
     const int pairs = d / 2;
-    for (int i = threadIdx.x; i < H * pairs; i += blockDim.x) {
-        const int h = i / pairs, c2 = i % pairs;
-        float M = sinks[h];
-        for (int s = 0; s < splits; s++) M = fmaxf(M, ml_part[(((i64)t * splits + s) * H + h) * 2]);
+    float M = sinks[h];
+    for (int s = 0; s < splits; s++) M = fmaxf(M, ml_part[(((i64)t * splits + s) * H + h) * 2]);
+    for (int c2 = threadIdx.x; c2 < pairs; c2 += blockDim.x) {
         float den = expf(sinks[h] - M), v0 = 0.f, v1 = 0.f;
         for (int s = 0; s < splits; s++) {
             const i64 base = ((i64)t * splits + s) * H + h;
-            float ms = ml_part[base * 2];
+            const float ms = ml_part[base * 2];
             if (ms == NEG_INF) continue;
-            float e = expf(ms - M);
+            const float e = expf(ms - M);
             den += ml_part[base * 2 + 1] * e;
-            v0 += o_part[base * d + 2 * c2] * e;
-            v1 += o_part[base * d + 2 * c2 + 1] * e;
+            const float2 o = reinterpret_cast<const float2*>(o_part + base * d)[c2];
+            v0 += o.x * e;
+            v1 += o.y * e;
         }
         v0 /= den;
         v1 /= den;
@@ -490,8 +490,7 @@ extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
             int pi = (c0 - (d - rd)) / 2;
             rope_pair(&v0, &v1, inv_freq[pi], pos, rope_scale, -1.f);
         }
-        out[((i64)t * H + h) * d + c0] = f2bf(v0);
-        out[((i64)t * H + h) * d + c0 + 1] = f2bf(v1);
+        reinterpret_cast<u32*>(out + ((i64)t * H + h) * d)[c2] = pack_bf2(v0, v1);
     }
 }
 

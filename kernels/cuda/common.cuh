@@ -63,11 +63,11 @@ __device__ __forceinline__ float e8m0_to_f32(u8 b) {
     return __uint_as_float(((u32)b) << 23);
 }
 
-// FP4 E2M1 code (4 bits, sign in bit 3) to f32.
+// FP4 E2M1 code (4 bits, sign in bit 3) to f32, without a table (no local memory).
 __device__ __forceinline__ float e2m1_to_f32(u32 c) {
-    const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    float v = mag[c & 7];
-    return (c & 8) ? -v : v;
+    const u32 m = c & 7u;
+    const u32 bits = (m < 2u) ? (m ? 0x3f000000u : 0u) : (((126u + (m >> 1)) << 23) | ((m & 1u) << 22));
+    return __uint_as_float(bits | ((c & 8u) << 28));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

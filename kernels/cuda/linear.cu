@@ -5,10 +5,12 @@
 // token group is reduced across warps in shared memory. Weights are read once per token group,
 // so for decode (≤ 8·NT tokens) every weight byte crosses HBM exactly once.
 //
-// k permutation: in a 32-wide chunk, thread (g = lane/4, t = lane%4) loads 8 contiguous weights
-// of rows n0+g and n0+g+8 and 8 contiguous activations of token g, all at k = k0 + 8t. MMA step
-// s ∈ {0,1} uses real k = 8t+4s+{0,1} as virtual columns {2t, 2t+1} and 8t+4s+{2,3} as {2t+8,
-// 2t+9}, for A and B alike, so the dot product is unchanged while every load stays contiguous.
+// k permutation: a superchunk is 32·V columns, V = 16 bytes of weight / 8 elements (bf16 1, fp8
+// 2, fp4 4). Thread (g = lane/4, t = lane%4) loads 8V contiguous weights of rows n0+g and n0+g+8
+// (16 bytes each) and 8V contiguous activations of token g, all at k = k0 + 8V·t. MMA step s ∈
+// [0, 2V) uses real k = 8Vt+4s+{0,1} as virtual columns {2t, 2t+1} and 8Vt+4s+{2,3} as {2t+8,
+// 2t+9}, for A and B alike, so the dot product is unchanged while every load is a 16-byte one.
+// Each warp takes a contiguous run of superchunks, U at a time with all loads issued first.
 //
 // MoE variants run the same core per expert over the expert's token list (a counting-sort plan):
 // `moe_up` fuses W1 and W3 with the clamped SwiGLU, `moe_down` scales rows by routing weights.
@@ -40,6 +42,37 @@ __device__ __forceinline__ void mma_bf16(float c[4], const u32 a[4], u32 b0, u32
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// FP4 scale of row n at column k: NVFP4 E4M3 per 16 × the global, MXFP4 E8M0 per 32.
+template <int FMT>
+__device__ __forceinline__ float fp4_scale(const WDesc& d, int e, int n, int k) {
+    if (FMT == FMT_NVFP4) return e4m3_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 4)]) * d.g[e];
+    return e8m0_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 5)]);
+}
+
+// 8 E2M1 codes (a u32, low nibble first) to 4 packed bf16 pairs, by byte permutes: the
+// magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} as bf16 have high bytes {00,3f,3f,3f,40,40,40,40} and
+// low bytes {00,00,80,c0,00,40,80,c0}; the sign bit moves to bit 15 of its half.
+__device__ __forceinline__ void fp4x8_to_bf16(u32 v, u32 out[4]) {
+    const u32 mags = v & 0x77777777u;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 sel = (mags >> (16 * h)) & 0xffffu;
+        const u32 hi = __byte_perm(0x3f3f3f00u, 0x40404040u, sel);
+        const u32 lo = __byte_perm(0xc0800000u, 0xc0804000u, sel);
+        const u32 sv = v >> (16 * h);
+        u32 p0 = __byte_perm(lo, hi, 0x5140);
+        u32 p1 = __byte_perm(lo, hi, 0x7362);
+        p0 |= ((sv << 12) & 0x8000u) | ((sv << 24) & 0x80000000u);
+        p1 |= ((sv << 4) & 0x8000u) | ((sv << 16) & 0x80000000u);
+        out[2 * h] = p0;
+        out[2 * h + 1] = p1;
+    }
+}
+
+__device__ __forceinline__ u32 bf2_scale(u32 p, float sc) {
+    return pack_bf2(bf_lo(p) * sc, bf_hi(p) * sc);
 }
 
 // 8 weights of row n at column k (k % 8 == 0, k < K) as f32 (exact for every format).
@@ -80,17 +113,13 @@ __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, in
         }
     } else {  // FP4: NVFP4 or MXFP4, 8 codes in 4 bytes, low nibble = even element
         const u32 v = *reinterpret_cast<const u32*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
-        float sc;
-        if (FMT == FMT_NVFP4) {
-            sc = e4m3_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 4)]) * d.g[e];
-        } else {
-            sc = e8m0_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 5)]);
-        }
+        const float sc = fp4_scale<FMT>(d, e, n, k);
+        u32 p[4];
+        fp4x8_to_bf16(v, p);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            u32 b = (v >> (8 * i)) & 0xff;
-            out[2 * i] = e2m1_to_f32(b & 0xf) * sc;
-            out[2 * i + 1] = e2m1_to_f32(b >> 4) * sc;
+            out[2 * i] = bf_lo(p[i]) * sc;
+            out[2 * i + 1] = bf_hi(p[i]) * sc;
         }
     }
 }
@@ -109,48 +138,124 @@ __device__ __forceinline__ void load_w8(const WDesc& d, int e, int n, int k, int
     }
 }
 
+// 16 bytes of weights per row per thread: elements per load group.
+template <int FMT>
+struct Vec {
+    static constexpr int V = (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) ? 4
+                           : (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) ? 2 : 1;
+};
+
+// 8V weights of row n at column k (all < K) as 4V packed bf16 pairs.
+template <int FMT, int V>
+__device__ __forceinline__ void load_wv(const WDesc& d, int e, int n, int k, int K, u32 out[4 * V]) {
+    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
+        const u32 c[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u32 p[4];
+            fp4x8_to_bf16(c[i], p);
+            const float sc = fp4_scale<FMT>(d, e, n, k + 8 * i);
+#pragma unroll
+            for (int j = 0; j < 4; j++) out[4 * i + j] = bf2_scale(p[j], sc);
+        }
+    } else if (V == 2) {
+        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + (i64)n * K + k);
+        float sc;
+        if (FMT == FMT_FP8T) {
+            sc = d.g[e];
+        } else {
+            i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
+            if (FMT == FMT_FP8B_E8M0) sc = e8m0_to_f32(d.s[e * d.s_stride + si]);
+            else sc = reinterpret_cast<const float*>(d.s + e * d.s_stride)[si];
+        }
+        const u32 c[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const u32 w = c[i] >> (16 * j);
+                out[2 * i + j] = pack_bf2(e4m3_to_f32((u8)(w & 0xff)) * sc, e4m3_to_f32((u8)((w >> 8) & 0xff)) * sc);
+            }
+        }
+    } else {
+        load_w8<FMT>(d, e, n, k, K, out);
+    }
+}
+
 // Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of K.
 // xr[j]: row pointer (bf16) of token j·8 + g of the group, or null.
 template <int FMT, int NT, int DUAL>
 __device__ __forceinline__ void mma_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
                                          int K, const u16* const xr[NT], float acc0[NT][4],
                                          float acc1[NT][4]) {
+    constexpr int V = Vec<FMT>::V;
+    constexpr int SC = 32 * V;
+    constexpr int U = (NT >= 4) ? 1 : (DUAL ? (V >= 2 ? 1 : 2) : (V == 4 ? 2 : 4 / V));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
-    const int chunks = (K + 31) >> 5;
-    for (int c = warp; c < chunks; c += LIN_WARPS) {
-        const int k = c * 32 + t * 8;
-        u32 wa[4] = {0, 0, 0, 0}, wb[4] = {0, 0, 0, 0};
-        u32 va[4] = {0, 0, 0, 0}, vb[4] = {0, 0, 0, 0};
-        u32 xv[NT][4];
-        const bool in = k < K;
-        if (in) {
-            load_w8<FMT>(d0, e, r0, k, K, wa);
-            load_w8<FMT>(d0, e, r1, k, K, wb);
-            if (DUAL) {
-                load_w8<FMT>(d1, e, r0, k, K, va);
-                load_w8<FMT>(d1, e, r1, k, K, vb);
-            }
-        }
+    const int nsc = (K + SC - 1) / SC;
+    const int per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
+    for (int c0 = c_begin; c0 < c_end; c0 += U) {
+        u32 wa[U][4 * V], wb[U][4 * V], va[U][4 * V], vb[U][4 * V];
+        u32 xv[U][NT][4 * V];
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            if (in && xr[j] != nullptr) {
-                const uint4 v = *reinterpret_cast<const uint4*>(xr[j] + k);
-                xv[j][0] = v.x; xv[j][1] = v.y; xv[j][2] = v.z; xv[j][3] = v.w;
+        for (int u = 0; u < U; u++) {
+            const int k = (c0 + u) * SC + t * 8 * V;
+            const bool live = c0 + u < c_end;
+            if (live && k + 8 * V <= K) {
+                load_wv<FMT, V>(d0, e, r0, k, K, wa[u]);
+                load_wv<FMT, V>(d0, e, r1, k, K, wb[u]);
+                if (DUAL) {
+                    load_wv<FMT, V>(d1, e, r0, k, K, va[u]);
+                    load_wv<FMT, V>(d1, e, r1, k, K, vb[u]);
+                }
             } else {
-                xv[j][0] = xv[j][1] = xv[j][2] = xv[j][3] = 0;
+                // Tail (or no work): 8-element groups, zeros past K.
+#pragma unroll
+                for (int q = 0; q < V; q++) {
+                    const int kq = k + 8 * q;
+                    const bool in = live && kq < K;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) wa[u][4 * q + i] = wb[u][4 * q + i] = va[u][4 * q + i] = vb[u][4 * q + i] = 0;
+                    if (in) {
+                        load_w8<FMT>(d0, e, r0, kq, K, &wa[u][4 * q]);
+                        load_w8<FMT>(d0, e, r1, kq, K, &wb[u][4 * q]);
+                        if (DUAL) {
+                            load_w8<FMT>(d1, e, r0, kq, K, &va[u][4 * q]);
+                            load_w8<FMT>(d1, e, r1, kq, K, &vb[u][4 * q]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+#pragma unroll
+                for (int q = 0; q < V; q++) {
+                    const int kq = k + 8 * q;
+                    if (live && kq < K && xr[j] != nullptr) {
+                        const uint4 v = *reinterpret_cast<const uint4*>(xr[j] + kq);
+                        xv[u][j][4 * q] = v.x; xv[u][j][4 * q + 1] = v.y; xv[u][j][4 * q + 2] = v.z; xv[u][j][4 * q + 3] = v.w;
+                    } else {
+                        xv[u][j][4 * q] = xv[u][j][4 * q + 1] = xv[u][j][4 * q + 2] = xv[u][j][4 * q + 3] = 0;
+                    }
+                }
             }
         }
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const u32 a[4] = {wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1]};
+        for (int u = 0; u < U; u++) {
 #pragma unroll
-            for (int j = 0; j < NT; j++) mma_bf16(acc0[j], a, xv[j][2 * s], xv[j][2 * s + 1]);
-            if (DUAL) {
-                const u32 b[4] = {va[2 * s], vb[2 * s], va[2 * s + 1], vb[2 * s + 1]};
+            for (int s = 0; s < 2 * V; s++) {
+                const u32 a[4] = {wa[u][2 * s], wb[u][2 * s], wa[u][2 * s + 1], wb[u][2 * s + 1]};
 #pragma unroll
-                for (int j = 0; j < NT; j++) mma_bf16(acc1[j], b, xv[j][2 * s], xv[j][2 * s + 1]);
+                for (int j = 0; j < NT; j++) mma_bf16(acc0[j], a, xv[u][j][2 * s], xv[u][j][2 * s + 1]);
+                if (DUAL) {
+                    const u32 b[4] = {va[u][2 * s], vb[u][2 * s], va[u][2 * s + 1], vb[u][2 * s + 1]};
+#pragma unroll
+                    for (int j = 0; j < NT; j++) mma_bf16(acc1[j], b, xv[u][j][2 * s], xv[u][j][2 * s + 1]);
+                }
             }
         }
     }
@@ -286,16 +391,16 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
 }
 
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                              \
-    extern "C" __global__ void __launch_bounds__(256) linear_##NAME##_nt##NT(                    \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(                    \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {   \
         linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                            \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(256) moe_up_##NAME##_nt##NT(                    \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(                    \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,        \
         u16* act, int N, int K, float limit) {                                                   \
         moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act, N, K, limit);               \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(256) moe_down_##NAME##_nt##NT(                  \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_down_##NAME##_nt##NT(                  \
         WDesc w2, const u16* act, const int* offsets, const float* wt, float* y, int N, int K) { \
         moe_down_kernel<FMT, NT>(w2, act, offsets, wt, y, N, K);                                 \
     }

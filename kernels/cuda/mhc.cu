@@ -18,43 +18,69 @@ extern "C" __global__ void embed_rows(const void* __restrict__ E, int fmt, const
     for (int i = 0; i < hc; i++) X[(i64)t * hc * D + i * D + c] = v;
 }
 
-// Mixing vector r·(fn · X_t) for the first `nmix` rows of fn, into smix[0..nmix).
-__device__ void hc_mix(const float* __restrict__ Xt, const float* __restrict__ fn, int W, int nmix,
-                       float norm_eps, float* smix, float* scratch) {
-    float part[MAX_MIX];
+// Partial mixing dot products over one part of a token's streams: block (part, row) writes
+// partial[row][part] = (fn[m] · X_row[part range] for m < nmix, Σ x² over the range). `sel`
+// (nullable) maps rows to token rows of X. Spreading the 24 × hc·D dot products over many
+// blocks keeps small batches from running on one SM.
+extern "C" __global__ void __launch_bounds__(256) hc_mix_partial(
+    const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ fn, int W,
+    int nmix, float* __restrict__ partial) {
+    __shared__ float wpart[8][MAX_MIX + 1];
+    const int part = blockIdx.x, parts = gridDim.x, row = blockIdx.y;
+    const int t = sel ? sel[row] : row;
+    const float* Xt = X + (i64)t * W;
+    const int per = (W + parts - 1) / parts;
+    const int lo = part * per, hi = min(W, lo + per);
+    float acc[MAX_MIX];
 #pragma unroll
-    for (int m = 0; m < MAX_MIX; m++) part[m] = 0.f;
+    for (int m = 0; m < MAX_MIX; m++) acc[m] = 0.f;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < W; i += blockDim.x) {
-        float x = Xt[i];
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float x = Xt[i];
         ss += x * x;
 #pragma unroll
         for (int m = 0; m < MAX_MIX; m++)
-            if (m < nmix) part[m] += x * fn[(i64)m * W + i];
+            if (m < nmix) acc[m] += x * fn[(i64)m * W + i];
     }
-    const float tot = block_sum(ss, scratch);
-    const float r = 1.f / sqrtf(tot / (float)W + norm_eps);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __shared__ float wpart[32][MAX_MIX];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int m = 0; m < MAX_MIX; m++) {
-        float v = warp_sum(part[m]);
-        if (lane == 0 && m < nmix) wpart[warp][m] = v;
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) wpart[warp][m] = v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) wpart[warp][MAX_MIX] = ss;
+    __syncthreads();
+    if (threadIdx.x <= MAX_MIX) {
+        float v = 0.f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) v += wpart[w][threadIdx.x];
+        partial[((i64)row * parts + part) * (MAX_MIX + 1) + threadIdx.x] = v;
+    }
+}
+
+// The mixing vector r·(fn · X_t) of row `row` from its partials, into smix[0..nmix).
+__device__ void hc_mix_reduce(const float* __restrict__ partial, int row, int parts, int W, int nmix,
+                              float norm_eps, float* smix) {
+    __shared__ float sr;
+    if (threadIdx.x == 0) {
+        float ss = 0.f;
+        for (int p = 0; p < parts; p++) ss += partial[((i64)row * parts + p) * (MAX_MIX + 1) + MAX_MIX];
+        sr = 1.f / sqrtf(ss / (float)W + norm_eps);
     }
     __syncthreads();
     if (threadIdx.x < nmix) {
-        float s = 0.f;
-        for (int w = 0; w < nw; w++) s += wpart[w][threadIdx.x];
-        smix[threadIdx.x] = s * r;
+        float v = 0.f;
+        for (int p = 0; p < parts; p++) v += partial[((i64)row * parts + p) * (MAX_MIX + 1) + threadIdx.x];
+        smix[threadIdx.x] = v * sr;
     }
     __syncthreads();
 }
 
-// Before a sub-layer: mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's
+// Before a sub-layer (after `hc_mix_partial`): mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's
 // weighted RMSNorm. Writes post and comb to mixbuf [T, hc + hc·hc] for `hc_post`, and the
 // normalized input as f32 (nullable) and bf16 (nullable). Dynamic smem: D floats.
 extern "C" __global__ void __launch_bounds__(256) hc_pre(
-    const float* __restrict__ X, const float* __restrict__ fn, const float* __restrict__ base,
+    const float* __restrict__ X, const float* __restrict__ partial, int parts, const float* __restrict__ base,
     const float* __restrict__ scale, int hc, int D, int iters, float hc_eps, float norm_eps,
     const float* __restrict__ nw, float* __restrict__ mixbuf, float* __restrict__ u_f32,
     u16* __restrict__ u_bf) {
@@ -65,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(256) hc_pre(
     const int t = blockIdx.x;
     const int W = hc * D, nmix = (2 + hc) * hc;
     const float* Xt = X + (i64)t * W;
-    hc_mix(Xt, fn, W, nmix, norm_eps, smix, scratch);
+    hc_mix_reduce(partial, t, parts, W, nmix, norm_eps, smix);
     if (threadIdx.x == 0) {
         float* mb = mixbuf + (i64)t * (hc + hc * hc);
         for (int i = 0; i < hc; i++) spre[i] = sigmoidf_(smix[i] * scale[0] + base[i]) + hc_eps;
@@ -139,7 +165,7 @@ extern "C" __global__ void hc_post(float* __restrict__ X, const float* __restric
 // Final collapse of the rows `sel[r]` of X: pre = sigmoid(mix·scale + base) + eps, y = Σ pre_i X_i,
 // then the output RMSNorm, as bf16 [R, D] for the head. Dynamic smem: D floats.
 extern "C" __global__ void __launch_bounds__(256) hc_head(
-    const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ fn,
+    const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ partial, int parts,
     const float* __restrict__ base, float scale, int hc, int D, float hc_eps, float norm_eps,
     const float* __restrict__ nw, u16* __restrict__ out) {
     extern __shared__ float su[];
@@ -149,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(256) hc_head(
     const int r = blockIdx.x;
     const int W = hc * D;
     const float* Xt = X + (i64)sel[r] * W;
-    hc_mix(Xt, fn, W, hc, norm_eps, smix, scratch);
+    hc_mix_reduce(partial, r, parts, W, hc, norm_eps, smix);
     if (threadIdx.x < hc) spre[threadIdx.x] = sigmoidf_(smix[threadIdx.x] * scale + base[threadIdx.x]) + hc_eps;
     __syncthreads();
     float ss = 0.f;

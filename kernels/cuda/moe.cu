@@ -110,9 +110,11 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
     int* __restrict__ slot_of) {
     __shared__ int cnt[ROUTE_MAXE + 1];
+    extern __shared__ int sid[];  // the assignments' experts, n ints
     for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = ids[a];
     __syncthreads();
-    for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[ids[a]], 1);
+    for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int acc = 0;
@@ -128,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int pos = cnt[e];
         for (int a = 0; a < n; a++) {
-            if (ids[a] == e) {
+            if (sid[a] == e) {
                 tok_of[pos] = a / k;
                 wt_of[pos] = wts[a];
                 slot_of[a] = pos;

@@ -144,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
     const float target = u[b] * z;
     float run = 0.f;
     __shared__ int found;
-    if (threadIdx.x == 0) found = -1;
+    if (threadIdx.x == 0) found = 0x7fffffff;
     __syncthreads();
     int last_kept = -1;
     for (int c0 = 0; c0 < V; c0 += blockDim.x) {
@@ -172,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
         if (pmass > 0.f && incl > target && incl - pmass <= target) atomicMin(&found, i);
         if (pmass > 0.f) last_kept = i;
         __syncthreads();
-        if (found >= 0) break;
+        if (found != 0x7fffffff) break;
         run += tot;
     }
     // Rounding can leave the target just past the last kept id: take that id.
@@ -181,5 +181,5 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
     __syncthreads();
     if (last_kept >= 0) atomicMax(&lastk, last_kept);
     __syncthreads();
-    if (threadIdx.x == 0) out[b] = found >= 0 ? found : (lastk >= 0 ? lastk : amax);
+    if (threadIdx.x == 0) out[b] = found != 0x7fffffff ? found : (lastk >= 0 ? lastk : amax);
 }

@@ -98,11 +98,22 @@ pub fn linear_entries() -> Vec<String> {
 pub mod mhc {
     use super::{Entry, e};
     pub const EMBED_ROWS: Entry = e("mhc", "embed_rows");
+    pub const HC_MIX_PARTIAL: Entry = e("mhc", "hc_mix_partial");
     pub const HC_PRE: Entry = e("mhc", "hc_pre");
     pub const HC_POST: Entry = e("mhc", "hc_post");
     pub const HC_HEAD: Entry = e("mhc", "hc_head");
     pub const NORM_ROWS: Entry = e("mhc", "norm_rows");
-    pub const ALL: [Entry; 5] = [EMBED_ROWS, HC_PRE, HC_POST, HC_HEAD, NORM_ROWS];
+    pub const ALL: [Entry; 6] = [
+        EMBED_ROWS,
+        HC_MIX_PARTIAL,
+        HC_PRE,
+        HC_POST,
+        HC_HEAD,
+        NORM_ROWS,
+    ];
+    /// Parts the mixing dot products of one token are split into, and the floats per part.
+    pub const MIX_PARTS: usize = 32;
+    pub const MIX_STRIDE: usize = 25;
 }
 
 pub mod attention {

@@ -56,3 +56,29 @@ impl crate::actors::worker::Backend for CudaBackend {
         match self._never {}
     }
 }
+
+/// The one-shot GPU runner's stand-in.
+#[derive(Debug)]
+pub struct GpuRunner {
+    _never: std::convert::Infallible,
+}
+
+impl GpuRunner {
+    pub fn new(
+        _m: &crate::model::deepseek_v4::DeepseekV4,
+        _o: usize,
+        _s: usize,
+        _l: usize,
+        _c: usize,
+    ) -> Result<Self> {
+        Err(EngineError::CudaNotCompiled)
+    }
+
+    pub fn generate_greedy(&self, _p: &[u32], _n: usize, _eos: &[u32]) -> Result<Vec<u32>> {
+        match self._never {}
+    }
+
+    pub fn logits(&self, _ids: &[Vec<u32>], _steps: &[(usize, usize)]) -> Result<Vec<Vec<f32>>> {
+        match self._never {}
+    }
+}

@@ -91,3 +91,11 @@ pub fn model_dir(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         None => crate::default_model::dir(),
     }
 }
+
+/// `cpu` → None, `cuda` / `cuda:N` → Some(N); anything else is an error.
+pub fn cuda_ordinal(device: &str) -> anyhow::Result<Option<usize>> {
+    match device.parse::<amdahl_engine::api::DeviceSpec>()? {
+        amdahl_engine::api::DeviceSpec::Cpu => Ok(None),
+        amdahl_engine::api::DeviceSpec::Cuda(n) => Ok(Some(n)),
+    }
+}

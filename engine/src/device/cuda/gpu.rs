@@ -262,14 +262,21 @@ impl Gpu {
                 .load_function(&ename)
                 .map_err(|e| dev_err(&format!("kernel {ename} in {mname}.cu"), e))?;
             let cf = f.cu_function();
-            // Let every kernel use the device's full shared memory when it asks for it.
+            // Let every kernel use the device's full shared memory (less its static part) when
+            // a launch asks for it.
             // SAFETY: valid function handle of a loaded module.
             unsafe {
-                let _ = drv::function::set_function_attribute(
+                let fixed = drv::function::get_function_attribute(
+                    cf,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                )
+                .unwrap_or(0);
+                drv::function::set_function_attribute(
                     cf,
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    max_smem_optin as i32,
-                );
+                    max_smem_optin as i32 - fixed,
+                )
+                .map_err(|e| dev_err(&format!("shared memory limit of {ename}"), e))?;
             }
             funcs.insert(ename, cf);
         }

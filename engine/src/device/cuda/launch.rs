@@ -24,6 +24,12 @@ pub fn tiles_for(m: usize) -> usize {
     }
 }
 
+/// Token tiles of the grouped expert kernels: decode steps give each expert a few tokens, so one
+/// tile (looping for the rare busy expert) keeps registers low; prefill uses four.
+fn moe_tiles(tokens: usize) -> usize {
+    if tokens <= 64 { 1 } else { 4 }
+}
+
 /// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16.
 #[allow(clippy::too_many_arguments)]
 pub fn linear(
@@ -90,7 +96,7 @@ pub fn moe_up(
     tokens: usize,
     limit: f32,
 ) -> Result<u64> {
-    let nt = if tokens <= 8 { 1 } else { 4 };
+    let nt = moe_tiles(tokens);
     let name = linear_entry("moe_up", w1.fmt.name(), nt);
     let l = Launch::new((w1.rows.div_ceil(16), w1.experts, 1), 256, 2 * lin_smem(nt));
     gpu.launch_named(
@@ -121,7 +127,7 @@ pub fn moe_down(
     y: u64,
     tokens: usize,
 ) -> Result<u64> {
-    let nt = if tokens <= 8 { 1 } else { 4 };
+    let nt = moe_tiles(tokens);
     let name = linear_entry("moe_down", w2.fmt.name(), nt);
     let l = Launch::new((w2.rows.div_ceil(16), w2.experts, 1), 256, lin_smem(nt));
     gpu.launch_named(
@@ -165,7 +171,36 @@ pub fn embed(
     Ok(l.blocks())
 }
 
-/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm.
+/// The mixing dot products of `rows` rows (`sel` maps rows to X rows; 0 = identity), split over
+/// `MIX_PARTS` blocks per row, into `partial`.
+#[allow(clippy::too_many_arguments)]
+pub fn hc_mix_partial(
+    gpu: &Gpu,
+    x: u64,
+    sel: u64,
+    fn_w: u64,
+    width: usize,
+    nmix: usize,
+    partial: u64,
+    rows: usize,
+) -> Result<u64> {
+    let l = Launch::new((km::MIX_PARTS, rows, 1), 256, 0);
+    gpu.launch(
+        km::HC_MIX_PARTIAL,
+        l,
+        Args::new()
+            .ptr(x)
+            .ptr(sel)
+            .ptr(fn_w)
+            .usize(width)
+            .usize(nmix)
+            .ptr(partial),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm (two launches:
+/// the split mixing dot products, then Sinkhorn, the collapse and the norm per token).
 #[allow(clippy::too_many_arguments)]
 pub fn hc_pre(
     gpu: &Gpu,
@@ -178,17 +213,20 @@ pub fn hc_pre(
     eps: f32,
     norm_w: u64,
     mix: u64,
+    partial: u64,
     u_f32: u64,
     u_bf: u64,
     t: usize,
 ) -> Result<u64> {
+    let n = hc_mix_partial(gpu, x, 0, hcw.0, hc * d, (2 + hc) * hc, partial, t)?;
     let l = Launch::new((t, 1, 1), 256, d * 4);
     gpu.launch(
         km::HC_PRE,
         l,
         Args::new()
             .ptr(x)
-            .ptr(hcw.0)
+            .ptr(partial)
+            .usize(km::MIX_PARTS)
             .ptr(hcw.1)
             .ptr(hcw.2)
             .usize(hc)
@@ -201,7 +239,7 @@ pub fn hc_pre(
             .ptr(u_f32)
             .ptr(u_bf),
     )?;
-    Ok(l.blocks())
+    Ok(n + l.blocks())
 }
 
 pub fn hc_post(gpu: &Gpu, x: u64, y: u64, mix: u64, hc: usize, d: usize, t: usize) -> Result<u64> {
@@ -225,9 +263,11 @@ pub fn hc_head(
     hc_eps: f32,
     eps: f32,
     norm_w: u64,
+    partial: u64,
     out: u64,
     rows: usize,
 ) -> Result<u64> {
+    let n = hc_mix_partial(gpu, x, sel, hw.0, hc * d, hc, partial, rows)?;
     let l = Launch::new((rows, 1, 1), 256, d * 4);
     gpu.launch(
         km::HC_HEAD,
@@ -235,7 +275,8 @@ pub fn hc_head(
         Args::new()
             .ptr(x)
             .ptr(sel)
-            .ptr(hw.0)
+            .ptr(partial)
+            .usize(km::MIX_PARTS)
             .ptr(hw.1)
             .f32(hw.2)
             .usize(hc)
@@ -245,7 +286,7 @@ pub fn hc_head(
             .ptr(norm_w)
             .ptr(out),
     )?;
-    Ok(l.blocks())
+    Ok(n + l.blocks())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -560,7 +601,7 @@ pub fn attn_combine(
     out: u64,
     t: usize,
 ) -> Result<u64> {
-    let l = Launch::new((t, 1, 1), 256, 0);
+    let l = Launch::new((a.heads, t, 1), (a.head_dim / 2).clamp(32, 256), 0);
     gpu.launch(
         ka::SPARSE_ATTN_COMBINE,
         l,
@@ -657,7 +698,7 @@ pub fn moe_plan(
     wt_of: u64,
     slot_of: u64,
 ) -> Result<u64> {
-    let l = Launch::new((1, 1, 1), 1024, 0);
+    let l = Launch::new((1, 1, 1), 1024, n * 4);
     gpu.launch(
         kmoe::MOE_PLAN,
         l,

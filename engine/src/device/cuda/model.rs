@@ -356,6 +356,7 @@ impl GpuModel {
                 c.hc_eps,
                 c.rms_norm_eps,
                 w.norm.ptr(),
+                bf.mixp.ptr(),
                 bf.head_in.ptr(),
                 shape.r,
             )?);

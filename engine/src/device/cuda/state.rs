@@ -215,6 +215,8 @@ pub struct StepBufs {
     pub meta_f: DevBuf,
     pub x: DevBuf,
     pub mix: DevBuf,
+    /// Split mixing dot products of the hyper-connections, `[T][MIX_PARTS][MIX_STRIDE]`.
+    pub mixp: DevBuf,
     pub u_f32: DevBuf,
     pub u_bf: DevBuf,
     pub cq_f32: DevBuf,
@@ -292,6 +294,8 @@ impl StepBufs {
             meta_f: gpu.zeros(meta.floats * 4)?,
             x: gpu.zeros(t * hc * d * f)?,
             mix: gpu.zeros(t * (hc + hc * hc) * f)?,
+            mixp: gpu
+                .zeros(t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * f)?,
             u_f32: gpu.zeros(t * d * f)?,
             u_bf: gpu.zeros(t * d * bf)?,
             cq_f32: gpu.zeros(t * c.q_lora_rank * f)?,

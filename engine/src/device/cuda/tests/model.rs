@@ -73,7 +73,7 @@ fn specs() -> Vec<(&'static str, TinySpec)> {
 
 fn lim(max_len: usize) -> Limits {
     Limits {
-        tokens: 256,
+        tokens: 4 * max_len,
         seqs: 8,
         max_len,
     }
@@ -146,10 +146,49 @@ fn check_model(name: &str, dir: &Path, len: usize) {
     }
 }
 
+/// A random model whose matrices are stored in BF16 (as real checkpoints are), so the CPU and
+/// the GPU compute with the same weights and only the GPU's bf16 activations differ.
 fn write_spec(spec: &TinySpec, seed: u64) -> tempfile::TempDir {
+    use crate::checkpoint::{Checkpoint, Dtype, OwnedTensor, safetensors};
     let d = tempfile::tempdir().unwrap();
     spec.write(d.path(), seed).unwrap();
+    let path = d.path().join("model.safetensors");
+    let ck = Checkpoint::open_file(&path).unwrap();
+    let tensors: Vec<OwnedTensor> = ck
+        .names()
+        .iter()
+        .map(|n| {
+            let t = ck.get(n).unwrap();
+            if t.dtype == Dtype::F32 && t.shape.len() >= 2 {
+                let bits: Vec<u8> = t
+                    .to_f32()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
+                    .collect();
+                OwnedTensor {
+                    name: n.to_string(),
+                    dtype: Dtype::BF16,
+                    shape: t.shape.to_vec(),
+                    data: bits,
+                }
+            } else {
+                OwnedTensor {
+                    name: n.to_string(),
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    data: t.bytes.to_vec(),
+                }
+            }
+        })
+        .collect();
+    drop(ck);
+    safetensors::write_file(&path, &tensors, &std::collections::BTreeMap::new()).unwrap();
     d
+}
+
+fn arith_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/arith")
 }
 
 #[test]
@@ -158,6 +197,8 @@ fn tiny_models_match_the_cpu_on_every_path() {
         let d = write_spec(&spec, 100 + i as u64);
         check_model(name, d.path(), 70);
     }
+    // The trained model over its whole context (every window, compressed entry and top-k).
+    check_model("arith", &arith_dir(), 256);
 }
 
 #[test]
@@ -179,51 +220,54 @@ fn quantized_tiny_models_match_the_cpu() {
     }
 }
 
-/// Greedy decoding on the GPU (sampling kernel, temperature 0) equals the CPU's greedy loop.
+/// Greedy decoding on the GPU (prefill, then the sampling kernel at temperature 0, one token per
+/// step) gives the CPU's first 16 greedy tokens, on the trained model (real, decisive logits).
 #[test]
 fn greedy_tokens_equal_the_cpu() {
     let Some(gp) = gpu() else { return };
-    let spec = specs().remove(0).1;
-    let d = write_spec(&spec, 21);
-    let cpu = DeepseekV4::load(d.path()).unwrap();
-    let g = GpuModel::from_cpu(gp, &cpu, lim(64)).unwrap();
-    let prompt: Vec<u32> = (0..9)
-        .map(|i| (i * 7 + 3) as u32 % spec.vocab as u32)
-        .collect();
-    let mut want = Vec::new();
-    {
-        let mut st = cpu.new_state();
+    let cpu = DeepseekV4::load(&arith_dir()).unwrap();
+    let tok = crate::tokenizer::Tokenizer::from_model_dir(&arith_dir())
+        .unwrap()
+        .unwrap();
+    let g = GpuModel::from_cpu(gp, &cpu, lim(256)).unwrap();
+    for q in ["17*23=", "12+5=17\n999+999=", "5-9=-4\n40*71=", "123-456="] {
+        let prompt = tok.encode(q, false).unwrap();
+        let mut want = Vec::new();
+        {
+            let mut st = cpu.new_state();
+            let mut next = prompt.clone();
+            for _ in 0..16 {
+                let mut b = [SeqInput {
+                    tokens: &next,
+                    state: &mut st,
+                    logits: LogitRows::Last,
+                }];
+                let l = cpu.forward(&mut b, &mut StageClock::default()).unwrap();
+                let t = crate::ops::sampling::argmax(l[0].row(0));
+                want.push(t);
+                next = vec![t];
+            }
+        }
+        let mut got = Vec::new();
+        let mut pos = 0;
         let mut next = prompt.clone();
         for _ in 0..16 {
-            let mut b = [SeqInput {
+            let seqs = [StepSeq {
+                slot: 0,
+                start: pos,
                 tokens: &next,
-                state: &mut st,
                 logits: LogitRows::Last,
+                sample: Some(SampleRow::greedy()),
             }];
-            let l = cpu.forward(&mut b, &mut StageClock::default()).unwrap();
-            let t = crate::ops::sampling::argmax(l[0].row(0));
-            want.push(t);
+            let (_, toks) = g.forward(&seqs).unwrap();
+            pos += next.len();
+            let t = toks[0].unwrap();
+            got.push(t);
             next = vec![t];
         }
+        println!("greedy {q:?}: {:?}", tok.decode(&got, false).unwrap());
+        assert_eq!(got, want, "{q:?}: GPU greedy tokens differ from the CPU's");
     }
-    let mut got = Vec::new();
-    let mut pos = 0;
-    let mut next = prompt.clone();
-    for _ in 0..16 {
-        let seqs = [StepSeq {
-            slot: 0,
-            start: pos,
-            tokens: &next,
-            logits: LogitRows::Last,
-            sample: Some(SampleRow::greedy()),
-        }];
-        let (_, toks) = g.forward(&seqs).unwrap();
-        pos += next.len();
-        let t = toks[0].unwrap();
-        got.push(t);
-        next = vec![t];
-    }
-    assert_eq!(got, want, "GPU greedy tokens differ from the CPU's");
 }
 
 /// A decode step captured as a graph and replayed gives the eager step's logits exactly.
@@ -313,7 +357,7 @@ fn graph_replay_equals_eager() {
 #[test]
 fn arith_model_answers_on_the_gpu() {
     let Some(gp) = gpu() else { return };
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/arith");
+    let dir = arith_dir();
     let cpu = DeepseekV4::load(&dir).unwrap();
     let tok = crate::tokenizer::Tokenizer::from_model_dir(&dir)
         .unwrap()

@@ -6,7 +6,6 @@ use std::path::Path;
 
 use crate::api::*;
 use crate::model::deepseek_v4::DeepseekV4;
-use crate::testkit;
 
 fn start(dir: &Path, device: DeviceSpec) -> EngineHandle {
     EngineHandle::start(EngineConfig {
@@ -50,22 +49,28 @@ async fn gpu_engine_streams_equal_the_cpu_greedy_loop() {
     if super::gpu().is_none() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let spec = crate::model::deepseek_v4::synthetic::TinySpec {
-        hidden: 64,
-        moe_inter: 32,
-        q_lora: 32,
-        ..testkit::serving_spec()
-    };
-    testkit::write_model_dir(dir.path(), &spec, 3).unwrap();
-    let model = DeepseekV4::load(dir.path()).unwrap();
-    let h = start(dir.path(), DeviceSpec::Cuda(0));
-    let prompts: Vec<Vec<u32>> = (0..10u32)
-        .map(|i| {
-            (0..(3 + i * 2))
-                .map(|j| 5 + (i * 7 + j * 3) % 250)
-                .collect()
-        })
+    // The trained model: its greedy choices have clear margins, so GPU and CPU must agree.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/arith");
+    let model = DeepseekV4::load(&dir).unwrap();
+    let tok = crate::tokenizer::Tokenizer::from_model_dir(&dir)
+        .unwrap()
+        .unwrap();
+    let h = start(&dir, DeviceSpec::Cuda(0));
+    let problems = [
+        "17*23=",
+        "999+999=",
+        "5-9=",
+        "12+5=17\n40*71=",
+        "123-456=",
+        "7*8=",
+        "300+45=",
+        "88*99=",
+        "1-1=",
+        "64+64=",
+    ];
+    let prompts: Vec<Vec<u32>> = problems
+        .iter()
+        .map(|q| tok.encode(q, false).unwrap())
         .collect();
     let greedy = SamplingParams {
         temperature: 0.0,
@@ -82,7 +87,14 @@ async fn gpu_engine_streams_equal_the_cpu_greedy_loop() {
         outs.push(collect(s).await);
     }
     for (p, toks) in prompts.iter().zip(&outs) {
-        assert_eq!(toks, &model.generate_greedy(p, 12).unwrap(), "prompt {p:?}");
+        let mut want = Vec::new();
+        let mut ctx = p.clone();
+        for _ in 0..12 {
+            let t = model.generate_greedy(&ctx, 1).unwrap()[0];
+            want.push(t);
+            ctx.push(t);
+        }
+        assert_eq!(toks, &want, "prompt {:?}", tok.decode(p, false).unwrap());
     }
     // Seeded sampling: the same seed gives the same tokens, alone or in a batch.
     let sampled = SamplingParams {

@@ -101,6 +101,7 @@ fn cfg_for(heads: usize, head_dim: usize, window: usize, topk: usize) -> ModelCo
         rope_dim: RD,
         window,
         index_topk: topk,
+        index_dim: RD,
         hidden: 64,
         ..TinySpec::default()
     };

@@ -36,6 +36,10 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
     let yb = g.upload(&y).unwrap();
     let nb = g.upload(&norm_w).unwrap();
     let mixb = super::poisoned(&g, t * (hc + hc * hc) * 4);
+    let parts = super::poisoned(
+        &g,
+        t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * 4,
+    );
     let uf = super::poisoned(&g, t * d * 4);
     let ub = super::poisoned(&g, t * d * 2);
     k::hc_pre(
@@ -49,6 +53,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         1e-6,
         nb.ptr(),
         mixb.ptr(),
+        parts.ptr(),
         uf.ptr(),
         ub.ptr(),
         t,
@@ -102,6 +107,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         1e-6,
         1e-6,
         nb.ptr(),
+        parts.ptr(),
         out.ptr(),
         sel.len(),
     )
