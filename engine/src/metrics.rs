@@ -41,6 +41,15 @@ const HTTP_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// The `reason` values of `amdahl_requests_rejected_total`.
+pub const REJECT_REASONS: [&str; 5] = [
+    "queue_full",
+    "too_long",
+    "invalid",
+    "not_ready",
+    "unauthorized",
+];
+
 /// 1-2-5 buckets up to `max` (vLLM `build_1_2_5_buckets`).
 pub fn buckets_1_2_5(max: u64) -> Vec<f64> {
     let mut out = Vec::new();
@@ -139,7 +148,7 @@ impl Metrics {
         let tok = buckets_1_2_5(max_model_len.max(1));
         let m = "model";
         let bad = |e: prometheus::Error| EngineError::InvalidInput(format!("metric: {e}"));
-        Ok(Self {
+        let metrics = Self {
             requests_running: reg(
                 &r,
                 gauge(
@@ -465,7 +474,13 @@ impl Metrics {
                 .map_err(bad)?,
             )?,
             registry: r,
-        })
+        };
+        // Known rejection reasons exist from the start at 0, so rate() and dashboards see them
+        // before the first rejection.
+        for reason in REJECT_REASONS {
+            metrics.requests_rejected_total.with_label_values(&[reason]);
+        }
+        Ok(metrics)
     }
 
     /// The Prometheus text exposition of every metric.

@@ -211,7 +211,7 @@ async fn the_dashboard_is_served_at_the_root() {
     let ct = res.headers().get("content-type").unwrap().to_str().unwrap();
     assert!(ct.starts_with("text/html"), "{ct}");
     let page = String::from_utf8(res.body().await.unwrap().to_vec()).unwrap();
-    if amdahl::server::dashboard::BUILT {
+    if amdahl::server::dashboard::embedded() {
         assert!(page.contains("/dashboard/amdahl_dashboard.js"), "{page}");
         let mut w = c
             .get(format!("{}/dashboard/amdahl_dashboard_bg.wasm", s.url()))

@@ -367,7 +367,10 @@ impl Coordinator {
                 })
             })
             .collect::<Vec<_>>();
-        let profile = !items.is_empty() && self.model_steps.is_multiple_of(u64::from(self.profile_every));
+        let profile = !items.is_empty()
+            && self
+                .model_steps
+                .is_multiple_of(u64::from(self.profile_every));
         if !items.is_empty() {
             self.model_steps += 1;
         }

@@ -151,9 +151,9 @@ impl Report {
     }
 
     /// The report in words for one phase (`decode`, `prefill`, `mixed`): one sentence per stage
-    /// with at least 2% of the time, largest first, e.g. "attention is 38% of decode: making it
-    /// 2× faster gives +23% tok/s; it is at 91% of its byte floor, so it has at most 10% left
-    /// (+5% tok/s)".
+    /// with at least 2% of the time, largest first, e.g. "moe is 50% of decode: making it 2×
+    /// faster gives +33% tok/s; it is at 91% of its byte floor, so it has at most 10% left (+5%
+    /// tok/s)"; below half the floor the headroom is a factor ("up to 6.1× faster").
     pub fn sentences(&self, phase: &str) -> Vec<String> {
         self.by_share()
             .into_iter()
@@ -173,10 +173,16 @@ impl Report {
                         Bound::Flops => "FLOP",
                         _ => "byte",
                     };
+                    // Near the floor the headroom reads best as a percentage, far from it
+                    // as a factor ("at most 509% left" says less than "up to 6.1× faster").
+                    let room = if eff >= 0.5 {
+                        format!("so it has at most {} left", pct(1.0 / eff - 1.0))
+                    } else {
+                        format!("so it could run up to {:.1}× faster", 1.0 / eff)
+                    };
                     s.push_str(&format!(
-                        "; it is at {} of its {floor} floor, so it has at most {} left (+{} tok/s)",
+                        "; it is at {} of its {floor} floor, {room} (+{} tok/s)",
                         pct(eff),
-                        pct(1.0 / eff - 1.0),
                         pct(l.gain_at_floor)
                     ));
                 }
@@ -263,6 +269,17 @@ mod tests {
         assert_eq!((moe.efficiency, moe.bound), (None, Bound::None));
         assert_eq!(moe.gain_at_floor, 0.0);
         assert!(!r.sentences("prefill")[0].contains("floor"));
+        // Far from the floor the headroom is a factor: 10 ms against a 1 ms byte floor.
+        let peaks = Peaks {
+            bandwidth: (1u64 << 20) as f64 / 1e-3,
+            flops: 1e15,
+        };
+        let r = Report::build(&c, 0.020, Some(peaks));
+        assert_eq!(
+            r.sentences("decode")[0],
+            "moe is 50% of decode: making it 2× faster gives +33% tok/s; it is at 10% of its \
+             byte floor, so it could run up to 10.0× faster (+82% tok/s)"
+        );
         // Stages may overlap the wall time measured around them; the total never shrinks.
         let r = Report::build(&c, 0.005, None);
         assert!((r.step_seconds - 0.010).abs() < 1e-12);

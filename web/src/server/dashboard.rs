@@ -15,8 +15,12 @@ const STYLE: &[u8] = asset!("style.css");
 const JS: &[u8] = asset!("pkg/amdahl_dashboard.js");
 const WASM: &[u8] = asset!("pkg/amdahl_dashboard_bg.wasm");
 
-/// Whether the wasm dashboard was embedded.
-pub const BUILT: bool = matches!(env!("AMDAHL_DASHBOARD_BUILT").as_bytes(), b"1");
+const BUILT: bool = matches!(env!("AMDAHL_DASHBOARD_BUILT").as_bytes(), b"1");
+
+/// Whether the wasm dashboard was embedded in this binary.
+pub fn embedded() -> bool {
+    BUILT
+}
 
 const NOT_BUILT: &str = r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>amdahl: dashboard not built</title></head>
