@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use tokio::sync::mpsc;
+pub use amdahl_protocol::telemetry::Snapshot;
+use tokio::sync::{mpsc, watch};
 
 use crate::actors::coordinator::{CancelSeq, Coordinator, Drain, GetStats, StopSeq, Submit};
+use crate::actors::telemetry::{GetSnapshot, Subscribe, Telemetry};
 pub use crate::chat_template::ChatTemplate;
 pub use crate::detok::{StopMatch, TextStream};
 use crate::error::{EngineError, Result};
@@ -198,6 +200,9 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     /// Cap on prompt + output tokens; defaults to the model's `max_position_embeddings`.
     pub max_model_len: Option<usize>,
+    /// Record stage timing on every Nth step; None: the backend's default (every step on the
+    /// CPU).
+    pub profile_every: Option<u32>,
 }
 
 /// Load and queue counts, for /health, /metrics and tests.
@@ -214,6 +219,7 @@ pub struct EngineStats {
 #[derive(Debug, Clone)]
 pub struct EngineHandle {
     coord: Addr<Coordinator>,
+    telemetry: Addr<Telemetry>,
     info: Arc<ModelInfo>,
     metrics: Arc<Metrics>,
 }
@@ -222,11 +228,12 @@ impl EngineHandle {
     /// Loads the model and starts the coordinator, telemetry and device worker actors. Call from
     /// inside a running actix `System`; the device worker gets its own thread.
     pub fn start(cfg: EngineConfig) -> Result<Self> {
-        let (coord, info, metrics) = crate::actors::start(cfg)?;
+        let s = crate::actors::start(cfg)?;
         Ok(Self {
-            coord,
-            info: Arc::new(info),
-            metrics,
+            coord: s.coord,
+            telemetry: s.telemetry,
+            info: Arc::new(s.info),
+            metrics: s.metrics,
         })
     }
 
@@ -264,6 +271,23 @@ impl EngineHandle {
     /// but is counted as a client that left).
     pub fn cancel(&self, seq: SeqId) {
         self.coord.do_send(CancelSeq(seq));
+    }
+
+    /// The bottleneck report and serving numbers over the rolling window, built now.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        self.telemetry
+            .send(GetSnapshot)
+            .await
+            .map_err(|_| EngineError::Shutdown)
+    }
+
+    /// Snapshots pushed about five times a second; the receiver starts with a fresh one. Slow
+    /// readers skip to the newest (a watch channel), so a stalled dashboard costs nothing.
+    pub async fn subscribe_telemetry(&self) -> Result<watch::Receiver<Arc<Snapshot>>> {
+        self.telemetry
+            .send(Subscribe)
+            .await
+            .map_err(|_| EngineError::Shutdown)
     }
 
     /// Stops admitting; running and queued requests continue.

@@ -6,8 +6,8 @@
 //! update them without locks.
 
 use prometheus::{
-    CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    core::Collector,
+    CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, core::Collector,
 };
 
 use crate::error::{EngineError, Result};
@@ -39,6 +39,15 @@ const STEP_TOKEN_BUCKETS: &[f64] = &[
 ];
 const HTTP_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The `reason` values of `amdahl_requests_rejected_total`.
+pub const REJECT_REASONS: [&str; 5] = [
+    "queue_full",
+    "too_long",
+    "invalid",
+    "not_ready",
+    "unauthorized",
 ];
 
 /// 1-2-5 buckets up to `max` (vLLM `build_1_2_5_buckets`).
@@ -91,6 +100,16 @@ pub struct Metrics {
     pub stage_seconds_total: CounterVec,
     pub stage_bytes_total: IntCounterVec,
     pub stage_flops_total: IntCounterVec,
+    pub profiled_steps_total: IntCounterVec,
+    pub stage_roofline_efficiency_ratio: GaugeVec,
+    pub stage_kernel_launches_total: IntCounterVec,
+    pub stage_blocks_total: IntCounterVec,
+    pub stage_under_filled_launches_total: IntCounterVec,
+    pub profile_overhead_ratio: GaugeVec,
+    pub device_peak_bandwidth_bytes_per_second: GaugeVec,
+    pub device_peak_flops_per_second: GaugeVec,
+    pub device_multiprocessors: IntGaugeVec,
+    pub telemetry_subscribers: IntGauge,
 }
 
 fn reg<C: Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C> {
@@ -117,6 +136,11 @@ fn gauge(name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
         .map_err(|e| EngineError::InvalidInput(format!("metric {name}: {e}")))
 }
 
+fn fgauge(name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
+    GaugeVec::new(Opts::new(name, help), labels)
+        .map_err(|e| EngineError::InvalidInput(format!("metric {name}: {e}")))
+}
+
 impl Metrics {
     /// Builds and registers every metric. `max_model_len` sizes the token-count buckets.
     pub fn new(max_model_len: u64) -> Result<Self> {
@@ -124,7 +148,7 @@ impl Metrics {
         let tok = buckets_1_2_5(max_model_len.max(1));
         let m = "model";
         let bad = |e: prometheus::Error| EngineError::InvalidInput(format!("metric: {e}"));
-        Ok(Self {
+        let metrics = Self {
             requests_running: reg(
                 &r,
                 gauge(
@@ -369,8 +393,94 @@ impl Metrics {
                     &["stage", "device"],
                 )?,
             )?,
+            profiled_steps_total: reg(
+                &r,
+                counter(
+                    "amdahl_profiled_steps_total",
+                    "Steps sampled for stage timing (--profile-every); the stage counters cover these.",
+                    &["device", "phase"],
+                )?,
+            )?,
+            stage_roofline_efficiency_ratio: reg(
+                &r,
+                fgauge(
+                    "amdahl_stage_roofline_efficiency_ratio",
+                    "Roofline floor over measured stage time in the rolling window (0-1).",
+                    &["stage", "device", "phase"],
+                )?,
+            )?,
+            stage_kernel_launches_total: reg(
+                &r,
+                counter(
+                    "amdahl_stage_kernel_launches_total",
+                    "Kernel launches per stage on profiled steps (GPU backends).",
+                    &["stage", "device"],
+                )?,
+            )?,
+            stage_blocks_total: reg(
+                &r,
+                counter(
+                    "amdahl_stage_blocks_total",
+                    "Thread blocks launched per stage on profiled steps (GPU backends).",
+                    &["stage", "device"],
+                )?,
+            )?,
+            stage_under_filled_launches_total: reg(
+                &r,
+                counter(
+                    "amdahl_stage_under_filled_launches_total",
+                    "Launches with fewer blocks than the device has SMs (GPU backends).",
+                    &["stage", "device"],
+                )?,
+            )?,
+            profile_overhead_ratio: reg(
+                &r,
+                fgauge(
+                    "amdahl_profile_overhead_ratio",
+                    "Estimated stage-timing cost over profiled step time in the rolling window.",
+                    &["device"],
+                )?,
+            )?,
+            device_peak_bandwidth_bytes_per_second: reg(
+                &r,
+                fgauge(
+                    "amdahl_device_peak_bandwidth_bytes_per_second",
+                    "Copy bandwidth (read + write) measured at startup.",
+                    &["device"],
+                )?,
+            )?,
+            device_peak_flops_per_second: reg(
+                &r,
+                fgauge(
+                    "amdahl_device_peak_flops_per_second",
+                    "Matrix-multiply FLOP rate measured at startup.",
+                    &["device"],
+                )?,
+            )?,
+            device_multiprocessors: reg(
+                &r,
+                gauge(
+                    "amdahl_device_multiprocessors",
+                    "Streaming multiprocessors of a GPU (absent on the CPU).",
+                    &["device"],
+                )?,
+            )?,
+            telemetry_subscribers: reg(
+                &r,
+                IntGauge::new(
+                    "amdahl_telemetry_subscribers",
+                    "Open /v1/ws/telemetry sockets.",
+                )
+                .map_err(bad)?,
+            )?,
             registry: r,
-        })
+        };
+        // Known rejection reasons exist from the start at 0, so rate() and dashboards see them
+        // before the first rejection.
+        for reason in REJECT_REASONS {
+            metrics.requests_rejected_total.with_label_values(&[reason]);
+        }
+        Ok(metrics)
     }
 
     /// The Prometheus text exposition of every metric.
@@ -390,71 +500,5 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_two_five_buckets() {
-        assert_eq!(buckets_1_2_5(60), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
-        assert_eq!(buckets_1_2_5(1), vec![1.0]);
-    }
-
-    /// Every registered metric appears in docs/metrics.md and every documented one exists.
-    #[test]
-    fn every_metric_is_documented() {
-        let m = Metrics::new(4096).unwrap();
-        let mut declared = std::collections::BTreeSet::new();
-        for c in [
-            &m.requests_running.desc(),
-            &m.requests_waiting.desc(),
-            &m.kv_cache_usage_ratio.desc(),
-            &m.kv_cache_bytes.desc(),
-            &m.prompt_tokens_total.desc(),
-            &m.generation_tokens_total.desc(),
-            &m.requests_finished_total.desc(),
-            &m.requests_rejected_total.desc(),
-            &m.time_to_first_token_seconds.desc(),
-            &m.inter_token_latency_seconds.desc(),
-            &m.request_time_per_output_token_seconds.desc(),
-            &m.e2e_request_latency_seconds.desc(),
-            &m.request_queue_time_seconds.desc(),
-            &m.request_prefill_time_seconds.desc(),
-            &m.request_decode_time_seconds.desc(),
-            &m.request_prompt_tokens.desc(),
-            &m.request_generation_tokens.desc(),
-            &m.ws_connections.desc(),
-            &m.stream_coalesced_deltas_total.desc(),
-            &m.client_disconnects_total.desc(),
-            &m.http_requests_total.desc(),
-            &m.http_request_duration_seconds.desc(),
-            &m.build_info.desc(),
-            &m.step_duration_seconds.desc(),
-            &m.batch_size.desc(),
-            &m.step_tokens.desc(),
-            &m.stage_seconds_total.desc(),
-            &m.stage_bytes_total.desc(),
-            &m.stage_flops_total.desc(),
-        ] {
-            for d in c.iter() {
-                declared.insert(d.fq_name.clone());
-            }
-        }
-        let doc = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
-        )
-        .unwrap();
-        let documented: std::collections::BTreeSet<String> = doc
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `amdahl_"))
-            .filter_map(|l| l.split('`').next())
-            .map(|n| format!("amdahl_{n}"))
-            .collect();
-        assert_eq!(
-            declared, documented,
-            "docs/metrics.md and metrics.rs disagree"
-        );
-        for n in &declared {
-            assert!(n.starts_with("amdahl_"), "{n}: prefix");
-        }
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -106,6 +106,10 @@ pub struct Coordinator {
     draining: bool,
     dead: bool,
     steps: u64,
+    /// Stage timing on every Nth step that runs the model.
+    profile_every: u32,
+    /// Steps that ran the model (free-only steps do not count).
+    model_steps: u64,
     /// Mean step time, for the retry hint of a full queue.
     step_ewma: Duration,
 }
@@ -117,6 +121,7 @@ impl Coordinator {
         worker: Addr<DeviceWorker>,
         arbiter: Arbiter,
         telemetry: Addr<Telemetry>,
+        profile_every: u32,
     ) -> Self {
         let entropy = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -136,6 +141,8 @@ impl Coordinator {
             draining: false,
             dead: false,
             steps: 0,
+            profile_every: profile_every.max(1),
+            model_steps: 0,
             step_ewma: Duration::from_millis(10),
         }
     }
@@ -359,10 +366,18 @@ impl Coordinator {
                     seed: l.seed,
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let profile = !items.is_empty()
+            && self
+                .model_steps
+                .is_multiple_of(u64::from(self.profile_every));
+        if !items.is_empty() {
+            self.model_steps += 1;
+        }
         RunStep {
             free: std::mem::take(&mut self.to_free),
             items,
+            profile,
         }
     }
 
@@ -377,13 +392,14 @@ impl Coordinator {
             return;
         }
         let step = self.build_step(&plan);
+        let profiled = step.profile;
         self.publish_gauges();
         self.stepping = true;
         let fut = self.worker.send(step);
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             act.stepping = false;
             match res {
-                Ok(Ok(out)) => act.apply(&plan, out),
+                Ok(Ok(out)) => act.apply(&plan, out, profiled),
                 Ok(Err(e)) => act.fail_step(&plan, &e.to_string()),
                 Err(_) => {
                     act.dead = true;
@@ -401,7 +417,7 @@ impl Coordinator {
         }
     }
 
-    fn apply(&mut self, plan: &StepPlan, out: StepOutput) {
+    fn apply(&mut self, plan: &StepPlan, out: StepOutput, profiled: bool) {
         self.steps += 1;
         self.step_ewma = (self.step_ewma * 7 + out.elapsed) / 8;
         let now = Instant::now();
@@ -453,12 +469,20 @@ impl Coordinator {
                 Ok(()) => self.sched.on_token(it.seq),
             }
         }
+        if plan.items.is_empty() {
+            // A step that only freed finished sequences: no model work to report.
+            return;
+        }
         self.telemetry.do_send(StepReport {
+            device: self.info.device.clone(),
             phase,
             batch: plan.items.len(),
             tokens: plan.tokens(),
             elapsed: out.elapsed,
+            profiled,
             clock: out.clock,
+            occupancy: out.occupancy,
+            profile_overhead: out.profile_overhead,
             cache_bytes: out.cache_bytes,
             itl,
             ttft,

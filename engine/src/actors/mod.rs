@@ -20,8 +20,16 @@ use coordinator::Coordinator;
 use telemetry::Telemetry;
 use worker::{Backend, CpuBackend, DeviceWorker};
 
+/// What [`start`] hands the engine handle.
+pub(crate) struct Started {
+    pub coord: Addr<Coordinator>,
+    pub telemetry: Addr<Telemetry>,
+    pub info: ModelInfo,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Loads the model and starts the three actors. Must run inside an actix `System`.
-pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, Arc<Metrics>)> {
+pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
     let model = DeepseekV4::load(&cfg.model_dir)?;
     let c = &model.cfg;
     let max_model_len = cfg
@@ -50,8 +58,6 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, 
         .build_info
         .with_label_values(&[env!("CARGO_PKG_VERSION"), &info.name, &info.device])
         .set(1);
-    let telemetry = Telemetry::new(metrics.clone(), info.name.clone(), info.device.clone()).start();
-    let arbiter = Arbiter::new();
     let backend: Box<dyn Backend> = match cfg.device {
         DeviceSpec::Cpu => Box::new(CpuBackend::new(model)),
         DeviceSpec::Cuda(ordinal) => {
@@ -66,10 +72,30 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<(Addr<Coordinator>, ModelInfo, 
             Box::new(CudaBackend::new(&model, opts)?)
         }
     };
+    let profile_every = cfg
+        .profile_every
+        .unwrap_or_else(|| backend.default_profile_every())
+        .max(1);
+    let telemetry = Telemetry::new(metrics.clone(), info.name.clone(), profile_every).start();
+    let arbiter = Arbiter::new();
+    let t = telemetry.clone();
     let worker =
-        DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| DeviceWorker::new(backend));
-    let coord = Coordinator::new(cfg.scheduler, info.clone(), worker, arbiter, telemetry).start();
-    Ok((coord, info, metrics))
+        DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| DeviceWorker::new(backend, t));
+    let coord = Coordinator::new(
+        cfg.scheduler,
+        info.clone(),
+        worker,
+        arbiter,
+        telemetry.clone(),
+        profile_every,
+    )
+    .start();
+    Ok(Started {
+        coord,
+        telemetry,
+        info,
+        metrics,
+    })
 }
 
 #[cfg(test)]

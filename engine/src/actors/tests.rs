@@ -7,13 +7,18 @@ use crate::api::*;
 use crate::model::deepseek_v4::DeepseekV4;
 use crate::testkit;
 
-fn model_dir() -> tempfile::TempDir {
+pub(crate) fn model_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     testkit::write_model_dir(dir.path(), &testkit::serving_spec(), 3).unwrap();
     dir
 }
 
-fn start(dir: &Path, max_seqs: usize, max_step_tokens: usize, max_queue: usize) -> EngineHandle {
+pub(crate) fn start(
+    dir: &Path,
+    max_seqs: usize,
+    max_step_tokens: usize,
+    max_queue: usize,
+) -> EngineHandle {
     EngineHandle::start(EngineConfig {
         model_dir: dir.to_path_buf(),
         model_name: Some("tiny".into()),
@@ -24,11 +29,12 @@ fn start(dir: &Path, max_seqs: usize, max_step_tokens: usize, max_queue: usize) 
             max_queue,
         },
         max_model_len: None,
+        profile_every: None,
     })
     .unwrap()
 }
 
-fn greedy(max_tokens: usize) -> SamplingParams {
+pub(crate) fn greedy(max_tokens: usize) -> SamplingParams {
     SamplingParams {
         temperature: 0.0,
         max_tokens,
@@ -37,7 +43,7 @@ fn greedy(max_tokens: usize) -> SamplingParams {
     }
 }
 
-async fn collect(mut s: Submission) -> (Vec<u32>, Finished) {
+pub(crate) async fn collect(mut s: Submission) -> (Vec<u32>, Finished) {
     let mut toks = Vec::new();
     while let Some(ev) = s.events.recv().await {
         match ev {
@@ -48,7 +54,7 @@ async fn collect(mut s: Submission) -> (Vec<u32>, Finished) {
     panic!("stream ended without Done");
 }
 
-fn req(prompt: Vec<u32>, params: SamplingParams) -> GenerateRequest {
+pub(crate) fn req(prompt: Vec<u32>, params: SamplingParams) -> GenerateRequest {
     GenerateRequest {
         prompt,
         params,

@@ -3,18 +3,24 @@
 //! sampled tokens plus the step's stage timings. The CPU backend is here; a CUDA backend
 //! implements the same [`Backend`] trait. Sampling happens here because logits never leave the
 //! device; each sequence's RNG lives beside its cache so a seed gives the same tokens whatever
-//! else shares the batch.
+//! else shares the batch. At start the worker asks its backend for the device's peaks (measured
+//! on the device's own thread) and hands them to telemetry for the roofline.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Context, Handler, Message};
+use std::sync::OnceLock;
 
+use actix::{Actor, Addr, Context, Handler, Message};
+
+use super::telemetry::{DeviceReady, Telemetry};
 use crate::error::{EngineError, Result};
 use crate::kv_cache::SeqState;
 use crate::model::deepseek_v4::{DeepseekV4, LogitRows, SeqInput};
 use crate::ops::sampling::{SamplerParams, sample};
-use crate::profile::StageClock;
+use crate::profile::occupancy::Occupancy;
+use crate::profile::report::Peaks;
+use crate::profile::{StageClock, peaks, timer_read_cost};
 use crate::rng::Rng;
 use crate::scheduler::SeqId;
 
@@ -45,6 +51,8 @@ pub struct SampleSpec {
 pub struct RunStep {
     pub free: Vec<SeqId>,
     pub items: Vec<WorkItem>,
+    /// Record stage timing for this step (every `--profile-every`th step).
+    pub profile: bool,
 }
 
 /// What a step produced.
@@ -56,6 +64,10 @@ pub struct StepOutput {
     pub elapsed: Duration,
     /// Host bytes held by all live sequence caches after the step.
     pub cache_bytes: u64,
+    /// Kernel launches per stage (GPU backends, profiled steps); None on the CPU.
+    pub occupancy: Option<Occupancy>,
+    /// The backend's estimate of what recording the stage timing cost in this step.
+    pub profile_overhead: Duration,
 }
 
 /// A device that can run planned steps.
@@ -63,6 +75,25 @@ pub trait Backend: Send + 'static {
     /// The device label for metrics (`cpu`, `cuda:0`).
     fn device(&self) -> &str;
     fn run(&mut self, step: RunStep) -> Result<StepOutput>;
+    /// The device's peak bandwidth and FLOP rate for the roofline, measured (or cached) on the
+    /// worker's thread at start.
+    fn peaks(&mut self) -> Peaks;
+    /// Streaming multiprocessors, for the occupancy facts (None: not a GPU).
+    fn multiprocessors(&self) -> Option<u32> {
+        None
+    }
+    /// How often stage timing is sampled by default: every step where timing is nearly free
+    /// (the CPU's wall clock), less often where it is not.
+    fn default_profile_every(&self) -> u32 {
+        1
+    }
+}
+
+/// The CPU's peaks, measured once per process (every engine in a test binary shares the same
+/// CPU, and measuring takes a few hundred milliseconds).
+fn cpu_peaks() -> Peaks {
+    static PEAKS: OnceLock<Peaks> = OnceLock::new();
+    *PEAKS.get_or_init(peaks::measure_cpu_peaks)
 }
 
 struct CpuSeq {
@@ -74,6 +105,8 @@ struct CpuSeq {
 pub struct CpuBackend {
     model: DeepseekV4,
     seqs: HashMap<SeqId, CpuSeq>,
+    /// What one timer read costs here: the instrumentation estimate per stage mark.
+    mark_cost: Duration,
 }
 
 impl CpuBackend {
@@ -81,6 +114,7 @@ impl CpuBackend {
         Self {
             model,
             seqs: HashMap::new(),
+            mark_cost: timer_read_cost(),
         }
     }
 }
@@ -88,6 +122,10 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn device(&self) -> &str {
         "cpu"
+    }
+
+    fn peaks(&mut self) -> Peaks {
+        cpu_peaks()
     }
 
     fn run(&mut self, step: RunStep) -> Result<StepOutput> {
@@ -118,7 +156,7 @@ impl Backend for CpuBackend {
             })?;
             taken.push(s);
         }
-        let mut clock = StageClock::default();
+        let mut clock = StageClock::for_step(step.profile);
         let logits = {
             let mut batch: Vec<SeqInput<'_>> = step
                 .items
@@ -145,25 +183,28 @@ impl Backend for CpuBackend {
             }
         };
         let mut sampled = Vec::with_capacity(step.items.len());
-        let t_sample = Instant::now();
-        for ((it, s), l) in step.items.iter().zip(taken.iter_mut()).zip(&logits) {
-            sampled.push(match &it.sample {
-                Some(spec) if l.rows > 0 => {
-                    Some(sample(l.row(0), &spec.params, &mut s.rng, &spec.banned))
-                }
-                _ => None,
-            });
-        }
-        clock.add(crate::profile::Stage::Head, t_sample.elapsed());
+        clock.time(crate::profile::Stage::Head, || {
+            for ((it, s), l) in step.items.iter().zip(taken.iter_mut()).zip(&logits) {
+                sampled.push(match &it.sample {
+                    Some(spec) if l.rows > 0 => {
+                        Some(sample(l.row(0), &spec.params, &mut s.rng, &spec.banned))
+                    }
+                    _ => None,
+                });
+            }
+        });
         for (it, s) in step.items.iter().zip(taken) {
             self.seqs.insert(it.seq, s);
         }
         let cache_bytes = self.seqs.values().map(|s| s.state.bytes() as u64).sum();
+        let profile_overhead = self.mark_cost * clock.marks().min(u64::from(u32::MAX)) as u32;
         Ok(StepOutput {
             sampled,
             clock,
             elapsed: t0.elapsed(),
             cache_bytes,
+            occupancy: None,
+            profile_overhead,
         })
     }
 }
@@ -172,16 +213,33 @@ impl Backend for CpuBackend {
 /// the point: nothing else runs there.
 pub struct DeviceWorker {
     backend: Box<dyn Backend>,
+    telemetry: Addr<Telemetry>,
 }
 
 impl DeviceWorker {
-    pub fn new(backend: Box<dyn Backend>) -> Self {
-        Self { backend }
+    pub fn new(backend: Box<dyn Backend>, telemetry: Addr<Telemetry>) -> Self {
+        Self { backend, telemetry }
     }
 }
 
 impl Actor for DeviceWorker {
     type Context = Context<Self>;
+
+    /// Measures the peaks before the first step (the mailbox waits), on this thread.
+    fn started(&mut self, _: &mut Context<Self>) {
+        let peaks = self.backend.peaks();
+        tracing::info!(
+            device = self.backend.device(),
+            bandwidth_gb_s = peaks.bandwidth / 1e9,
+            gflop_s = peaks.flops / 1e9,
+            "device peaks"
+        );
+        self.telemetry.do_send(DeviceReady {
+            device: self.backend.device().to_string(),
+            peaks,
+            multiprocessors: self.backend.multiprocessors(),
+        });
+    }
 }
 
 impl Handler<RunStep> for DeviceWorker {

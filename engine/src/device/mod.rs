@@ -29,8 +29,6 @@ pub struct CudaOptions {
     pub max_step_tokens: usize,
     /// Capture decode steps as CUDA graphs (per batch-size bucket).
     pub graphs: bool,
-    /// Time stages with device events every `profile_every` steps (0 = never).
-    pub profile_every: u64,
 }
 
 impl Default for CudaOptions {
@@ -41,7 +39,6 @@ impl Default for CudaOptions {
             max_len: 4096,
             max_step_tokens: 512,
             graphs: true,
-            profile_every: 16,
         }
     }
 }

@@ -55,6 +55,10 @@ impl crate::actors::worker::Backend for CudaBackend {
     ) -> Result<crate::actors::worker::StepOutput> {
         match self._never {}
     }
+
+    fn peaks(&mut self) -> crate::profile::report::Peaks {
+        match self._never {}
+    }
 }
 
 /// The one-shot GPU runner's stand-in.

@@ -1,9 +1,18 @@
 //! Stage timing. The fixed stage labels are shared by metrics, dashboard and reports
 //! (ARCHITECTURE.md "Profiling stages"). On the CPU a stage's time is wall clock around the code
-//! that implements it; the GPU records device events at the same boundaries.
+//! that implements it; the GPU records device events at the same boundaries. A step that is not
+//! sampled for profiling (`--profile-every`) runs with a disabled clock: the same calls, no timer
+//! reads. The clock counts its timer reads so a backend can estimate what the timing cost.
+//!
+//! Attribution is contiguous: the untimed gap between two timed regions (freeing a stage's
+//! temporaries, small bookkeeping between calls) is charged to the stage that ran before it, so
+//! from the first mark of a step to its last every instant belongs to some stage. What happens
+//! before the first mark or after the last one is the step's `other`.
 
+pub mod occupancy;
 pub mod peaks;
 pub mod report;
+pub mod window;
 
 use std::time::{Duration, Instant};
 
@@ -58,19 +67,75 @@ pub struct StageClock {
     totals: [Duration; 8],
     bytes: [u64; 8],
     flops: [u64; 8],
+    /// Timing off for this step (not sampled).
+    disabled: bool,
+    /// Timer reads made.
+    marks: u64,
+    /// End of the last timed region and its stage: the next region charges the gap to it.
+    last: Option<(Instant, Stage)>,
 }
 
 impl StageClock {
-    /// Runs `f`, charging its wall time to `stage`.
+    /// A clock that records bytes and FLOPs but reads no timer: for steps not sampled.
+    pub fn disabled() -> Self {
+        Self {
+            disabled: true,
+            ..Self::default()
+        }
+    }
+
+    /// A clock for a step: timing on when `profiled`.
+    pub fn for_step(profiled: bool) -> Self {
+        if profiled {
+            Self::default()
+        } else {
+            Self::disabled()
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.disabled
+    }
+
+    /// Runs `f`, charging its wall time to `stage` (when enabled).
     pub fn time<R>(&mut self, stage: Stage, f: impl FnOnce() -> R) -> R {
+        if self.disabled {
+            return f();
+        }
         let t0 = Instant::now();
+        self.close_gap(t0);
         let r = f();
-        self.totals[stage.index()] += t0.elapsed();
+        let t1 = Instant::now();
+        self.totals[stage.index()] += t1 - t0;
+        self.last = Some((t1, stage));
+        self.marks += 2;
         r
     }
 
+    /// Charges a duration the caller measured, ending now (ignored when disabled).
     pub fn add(&mut self, stage: Stage, d: Duration) {
+        if self.disabled {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(start) = now.checked_sub(d) {
+            self.close_gap(start);
+        }
         self.totals[stage.index()] += d;
+        self.last = Some((now, stage));
+        self.marks += 1;
+    }
+
+    /// Charges the time since the previous region ended (if it ended before `start`) to it.
+    fn close_gap(&mut self, start: Instant) {
+        if let Some((end, prev)) = self.last {
+            self.totals[prev.index()] += start.saturating_duration_since(end);
+        }
+    }
+
+    /// Timer reads this clock made (an instrumentation-cost estimate is marks × read cost).
+    pub fn marks(&self) -> u64 {
+        self.marks
     }
 
     pub fn get(&self, stage: Stage) -> Duration {
@@ -102,5 +167,79 @@ impl StageClock {
             self.bytes[i] += other.bytes[i];
             self.flops[i] += other.flops[i];
         }
+        self.marks += other.marks;
+    }
+}
+
+/// Cost of one `Instant::now()` on this machine, best of a few batches: what a CPU stage mark
+/// costs. Measured once by the CPU backend at startup (a few microseconds).
+pub fn timer_read_cost() -> Duration {
+    const N: u32 = 2000;
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        for _ in 0..N {
+            std::hint::black_box(Instant::now());
+        }
+        best = best.min(t0.elapsed() / N);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disabled_clock_times_nothing_but_keeps_work() {
+        let mut c = StageClock::for_step(false);
+        assert_eq!(c.time(Stage::Moe, || 7), 7);
+        c.add(Stage::Head, Duration::from_millis(3));
+        c.charge(Stage::Moe, 10, 20);
+        assert_eq!((c.total(), c.marks()), (Duration::ZERO, 0));
+        assert_eq!((c.bytes(Stage::Moe), c.flops(Stage::Moe)), (10, 20));
+        let mut on = StageClock::for_step(true);
+        on.time(Stage::Moe, || std::thread::sleep(Duration::from_millis(1)));
+        on.add(Stage::Head, Duration::ZERO);
+        assert!(on.get(Stage::Moe) >= Duration::from_millis(1));
+        assert_eq!(on.marks(), 3);
+        let cost = timer_read_cost();
+        assert!(
+            cost > Duration::ZERO && cost < Duration::from_micros(50),
+            "{cost:?}"
+        );
+    }
+
+    #[test]
+    fn gaps_between_regions_go_to_the_stage_before() {
+        let ms = Duration::from_millis;
+        let begin = Instant::now();
+        let mut c = StageClock::default();
+        // Untimed before the first region: nobody's.
+        std::thread::sleep(ms(30));
+        c.time(Stage::Mhc, || std::thread::sleep(ms(2)));
+        std::thread::sleep(ms(4)); // the gap: Mhc's
+        c.time(Stage::Attention, || std::thread::sleep(ms(2)));
+        std::thread::sleep(ms(3)); // Attention's
+        // A region the caller timed itself: only the gap before its start is Attention's.
+        let t0 = Instant::now();
+        std::thread::sleep(ms(6));
+        c.add(Stage::Moe, t0.elapsed());
+        let all = begin.elapsed();
+        assert!(c.get(Stage::Mhc) >= ms(6), "{c:?}");
+        assert!(c.get(Stage::Attention) >= ms(5), "{c:?}");
+        assert!(c.get(Stage::Moe) >= ms(6), "{c:?}");
+        // Contiguous: the stages add up to first start → last end, never more (no double
+        // counting of the caller-timed region), and the 30 ms before the first mark is not in it.
+        assert!(c.total() <= all - ms(30), "{c:?} of {all:?}");
+    }
+
+    #[test]
+    fn timer_reads_are_cheap() {
+        let cost = timer_read_cost();
+        assert!(
+            cost > Duration::ZERO && cost < Duration::from_micros(50),
+            "{cost:?}"
+        );
     }
 }

@@ -4,13 +4,22 @@
 
 use super::{Stage, StageClock};
 
-/// Device peaks the roofline is drawn against (measured at startup).
+/// Device peaks the roofline is drawn against (measured at startup by the device's backend).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Peaks {
-    /// Bytes per second (copy bandwidth counting bytes read + written... as measured).
+    /// Bytes per second (copy bandwidth counting bytes read + written).
     pub bandwidth: f64,
     /// FLOP per second.
     pub flops: f64,
+}
+
+/// Which roofline limit sets a stage's floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// No analytic work charged (or no peaks known).
+    None,
+    Bytes,
+    Flops,
 }
 
 /// One stage's line of the report.
@@ -27,8 +36,9 @@ pub struct StageLine {
     pub flop_rate: f64,
     /// Roofline floor: max(bytes / peak bandwidth, flops / peak flops), seconds.
     pub floor_seconds: f64,
-    /// floor / measured, in 0..=1 (0 when the stage has no analytic work).
-    pub efficiency: f64,
+    pub bound: Bound,
+    /// floor / measured, in 0..=1; None without peaks or without analytic work.
+    pub efficiency: Option<f64>,
     /// Step speed-up (tok/s gain, as a fraction) if this stage became 2× faster.
     pub gain_if_2x: f64,
     /// Step speed-up if this stage ran at its roofline floor.
@@ -56,10 +66,16 @@ pub fn amdahl_gain(total: f64, part: f64, factor: f64) -> f64 {
     }
 }
 
+/// Percent with no decimals, as the sentences print it.
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
 impl Report {
-    /// Builds the report from accumulated stage totals over `steps` steps and the step wall time
-    /// (the time not covered by any stage is reported as `other`).
-    pub fn build(clock: &StageClock, step_wall_seconds: f64, peaks: Peaks) -> Report {
+    /// Builds the report from stage totals accumulated over some steps and those steps' wall
+    /// time; the time not covered by any stage is reported as `other`. Without peaks there is
+    /// no floor and no efficiency.
+    pub fn build(clock: &StageClock, step_wall_seconds: f64, peaks: Option<Peaks>) -> Report {
         let covered: f64 = Stage::ALL
             .iter()
             .filter(|s| **s != Stage::Other)
@@ -75,12 +91,21 @@ impl Report {
                     clock.get(stage).as_secs_f64()
                 };
                 let (bytes, flops) = (clock.bytes(stage), clock.flops(stage));
-                let floor = (bytes as f64 / peaks.bandwidth).max(flops as f64 / peaks.flops);
-                let efficiency = if seconds > 0.0 && floor > 0.0 {
-                    (floor / seconds).min(1.0)
-                } else {
-                    0.0
+                let (byte_floor, flop_floor) = match peaks {
+                    Some(p) if p.bandwidth > 0.0 && p.flops > 0.0 => {
+                        (bytes as f64 / p.bandwidth, flops as f64 / p.flops)
+                    }
+                    _ => (0.0, 0.0),
                 };
+                let floor = byte_floor.max(flop_floor);
+                let bound = if floor <= 0.0 {
+                    Bound::None
+                } else if byte_floor >= flop_floor {
+                    Bound::Bytes
+                } else {
+                    Bound::Flops
+                };
+                let efficiency = (seconds > 0.0 && floor > 0.0).then(|| (floor / seconds).min(1.0));
                 let rate = |x: u64| {
                     if seconds > 0.0 {
                         x as f64 / seconds
@@ -97,6 +122,7 @@ impl Report {
                     bandwidth: rate(bytes),
                     flop_rate: rate(flops),
                     floor_seconds: floor,
+                    bound,
                     efficiency,
                     gain_if_2x: amdahl_gain(total, seconds, 2.0),
                     gain_at_floor: if floor > 0.0 && floor < seconds {
@@ -113,6 +139,10 @@ impl Report {
         }
     }
 
+    pub fn line(&self, stage: Stage) -> Option<&StageLine> {
+        self.lines.iter().find(|l| l.stage == stage)
+    }
+
     /// The largest stage first.
     pub fn by_share(&self) -> Vec<&StageLine> {
         let mut v: Vec<&StageLine> = self.lines.iter().filter(|l| l.seconds > 0.0).collect();
@@ -120,23 +150,40 @@ impl Report {
         v
     }
 
-    /// The report in words, one sentence per significant stage.
-    pub fn sentences(&self) -> Vec<String> {
+    /// The report in words for one phase (`decode`, `prefill`, `mixed`): one sentence per stage
+    /// with at least 2% of the time, largest first, e.g. "moe is 50% of decode: making it 2×
+    /// faster gives +33% tok/s; it is at 91% of its byte floor, so it has at most 10% left (+5%
+    /// tok/s)"; below half the floor the headroom is a factor ("up to 6.1× faster").
+    pub fn sentences(&self, phase: &str) -> Vec<String> {
         self.by_share()
             .into_iter()
             .filter(|l| l.share >= 0.02)
             .map(|l| {
+                let name = match l.stage {
+                    Stage::Other => "other (step time no stage claims)",
+                    s => s.label(),
+                };
                 let mut s = format!(
-                    "{} is {:.0}% of the step: making it 2x faster gives {:+.0}% tok/s",
-                    l.stage.label(),
-                    100.0 * l.share,
-                    100.0 * l.gain_if_2x
+                    "{name} is {} of {phase}: making it 2× faster gives +{} tok/s",
+                    pct(l.share),
+                    pct(l.gain_if_2x)
                 );
-                if l.efficiency > 0.0 {
+                if let Some(eff) = l.efficiency {
+                    let floor = match l.bound {
+                        Bound::Flops => "FLOP",
+                        _ => "byte",
+                    };
+                    // Near the floor the headroom reads best as a percentage, far from it
+                    // as a factor ("at most 509% left" says less than "up to 6.1× faster").
+                    let room = if eff >= 0.5 {
+                        format!("so it has at most {} left", pct(1.0 / eff - 1.0))
+                    } else {
+                        format!("so it could run up to {:.1}× faster", 1.0 / eff)
+                    };
                     s.push_str(&format!(
-                        "; it runs at {:.0}% of its roofline floor, so reaching the floor gives {:+.0}% at most",
-                        100.0 * l.efficiency,
-                        100.0 * l.gain_at_floor
+                        "; it is at {} of its {floor} floor, {room} (+{} tok/s)",
+                        pct(eff),
+                        pct(l.gain_at_floor)
                     ));
                 }
                 s
@@ -156,10 +203,12 @@ mod tests {
         assert!((amdahl_gain(1.0, 0.38, 2.0) - (1.0 / 0.81 - 1.0)).abs() < 1e-12);
         assert_eq!(amdahl_gain(1.0, 0.0, 2.0), 0.0);
         assert!((amdahl_gain(2.0, 2.0, 4.0) - 3.0).abs() < 1e-12);
+        // A stage that is all of the step and becomes infinitely fast.
+        assert_eq!(amdahl_gain(1.0, 1.0, f64::INFINITY), f64::INFINITY);
+        assert_eq!(amdahl_gain(0.0, 0.0, 2.0), 0.0);
     }
 
-    #[test]
-    fn report_shares_efficiency_and_projections() {
+    fn example() -> Report {
         let mut c = StageClock::default();
         c.add(Stage::Attention, Duration::from_millis(38));
         c.add(Stage::Moe, Duration::from_millis(50));
@@ -170,23 +219,69 @@ mod tests {
             bandwidth: 2e9,
             flops: 1e12,
         };
-        let r = Report::build(&c, 0.100, peaks);
-        let line = |s| r.lines.iter().find(|l| l.stage == s).unwrap().clone();
-        let att = line(Stage::Attention);
+        Report::build(&c, 0.100, Some(peaks))
+    }
+
+    #[test]
+    fn report_shares_efficiency_and_projections() {
+        let r = example();
+        let att = r.line(Stage::Attention).unwrap();
         assert!((att.share - 0.38).abs() < 1e-9);
         assert!((att.gain_if_2x - (1.0 / 0.81 - 1.0)).abs() < 1e-9);
-        assert!((att.efficiency - 0.5).abs() < 1e-9); // 19 ms floor of 38 ms
-        let moe = line(Stage::Moe);
-        assert!((moe.efficiency - 0.91).abs() < 1e-9);
+        assert_eq!(att.bound, Bound::Flops);
+        assert!((att.efficiency.unwrap() - 0.5).abs() < 1e-9); // 19 ms floor of 38 ms
+        let moe = r.line(Stage::Moe).unwrap();
+        assert_eq!(moe.bound, Bound::Bytes);
+        assert!((moe.efficiency.unwrap() - 0.91).abs() < 1e-9);
         assert!((moe.gain_at_floor - (0.1 / (0.1 - 0.05 + 0.0455) - 1.0)).abs() < 1e-9);
         assert!((moe.bandwidth - 1.82e9).abs() < 1.0);
-        let other = line(Stage::Other);
+        let other = r.line(Stage::Other).unwrap();
         assert!((other.seconds - 0.012).abs() < 1e-9);
-        let words = r.sentences();
-        assert!(words[0].starts_with("moe is 50% of the step"), "{words:?}");
-        assert!(
-            words[1].contains("attention is 38%") && words[1].contains("+23% tok/s"),
-            "{words:?}"
+        assert_eq!(other.efficiency, None);
+        let shares: f64 = r.lines.iter().map(|l| l.share).sum();
+        assert!((shares - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sentences_say_the_projections() {
+        let words = example().sentences("decode");
+        assert_eq!(
+            words[0],
+            "moe is 50% of decode: making it 2× faster gives +33% tok/s; it is at 91% of its \
+             byte floor, so it has at most 10% left (+5% tok/s)"
         );
+        assert_eq!(
+            words[1],
+            "attention is 38% of decode: making it 2× faster gives +23% tok/s; it is at 50% of \
+             its FLOP floor, so it has at most 100% left (+23% tok/s)"
+        );
+        assert!(words[2].starts_with("other (step time no stage claims) is 12% of decode"));
+        assert_eq!(words.len(), 3);
+    }
+
+    #[test]
+    fn no_peaks_means_no_floor() {
+        let mut c = StageClock::default();
+        c.add(Stage::Moe, Duration::from_millis(10));
+        c.charge(Stage::Moe, 1 << 20, 1 << 20);
+        let r = Report::build(&c, 0.010, None);
+        let moe = r.line(Stage::Moe).unwrap();
+        assert_eq!((moe.efficiency, moe.bound), (None, Bound::None));
+        assert_eq!(moe.gain_at_floor, 0.0);
+        assert!(!r.sentences("prefill")[0].contains("floor"));
+        // Far from the floor the headroom is a factor: 10 ms against a 1 ms byte floor.
+        let peaks = Peaks {
+            bandwidth: (1u64 << 20) as f64 / 1e-3,
+            flops: 1e15,
+        };
+        let r = Report::build(&c, 0.020, Some(peaks));
+        assert_eq!(
+            r.sentences("decode")[0],
+            "moe is 50% of decode: making it 2× faster gives +33% tok/s; it is at 10% of its \
+             byte floor, so it could run up to 10.0× faster (+82% tok/s)"
+        );
+        // Stages may overlap the wall time measured around them; the total never shrinks.
+        let r = Report::build(&c, 0.005, None);
+        assert!((r.step_seconds - 0.010).abs() < 1e-12);
     }
 }

@@ -120,7 +120,7 @@ pub fn render(r: &ProfileReport) -> String {
             100.0 * b.host_seconds / b.step_seconds,
             b.experts_touched
         );
-        let rep = Report::build(&b.clock, b.timed_step_seconds, r.peaks);
+        let rep = Report::build(&b.clock, b.timed_step_seconds, Some(r.peaks));
         s += &format!(
             "{:<10} {:>10} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12}\n",
             "stage", "ms/step", "share", "MB", "GB/s", "%copy", "floor", "launches", "blocks/SMs"
@@ -143,12 +143,12 @@ pub fn render(r: &ProfileReport) -> String {
                 l.bytes as f64 / 1e6,
                 gb(l.bandwidth),
                 100.0 * l.bandwidth / r.peaks.bandwidth,
-                100.0 * l.efficiency,
+                100.0 * l.efficiency.unwrap_or(0.0),
                 b.launches[i],
                 blocks
             );
         }
-        for line in rep.sentences() {
+        for line in rep.sentences("decode") {
             s += &format!("  - {line}\n");
         }
     }

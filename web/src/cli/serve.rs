@@ -52,6 +52,11 @@ pub struct Args {
     /// HTTP worker threads.
     #[arg(long, default_value_t = 2)]
     http_workers: usize,
+    /// Record per-stage timing on every Nth engine step (default: the device's choice; every
+    /// step on the CPU, where a stage mark is one clock read). Unsampled steps still count in
+    /// tok/s, step-time and latency metrics.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    profile_every: Option<u32>,
     /// Seconds shutdown waits for in-flight requests before cancelling them.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
@@ -77,6 +82,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 max_queue: a.max_queue,
             },
             max_model_len: a.max_model_len,
+            profile_every: a.profile_every,
         },
         host: a.host,
         port: a.port,

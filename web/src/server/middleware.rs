@@ -1,5 +1,6 @@
-//! Request middleware: bearer-token auth (every path but `/health` and `/metrics`, including the
-//! WebSocket upgrade) and HTTP metrics per route pattern and status.
+//! Request middleware: bearer-token auth (every path but `/health`, `/metrics` and the dashboard's
+//! static page and assets, including the WebSocket upgrades) and HTTP metrics per route pattern
+//! and status.
 
 use std::time::Instant;
 
@@ -20,6 +21,8 @@ pub async fn auth(
     let state = req.app_data::<web::Data<AppState>>().cloned();
     if let Some(key) = state.as_ref().and_then(|s| s.api_key.clone())
         && !OPEN_PATHS.contains(&req.path())
+        && req.path() != "/"
+        && !req.path().starts_with("/dashboard/")
     {
         let ok = req
             .headers()

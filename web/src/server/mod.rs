@@ -1,16 +1,19 @@
 //! The HTTP/WebSocket server (actix-web): OpenAI-compatible endpoints with SSE, the `amdahl.v1`
-//! WebSocket, `/tokenize`, `/detokenize`, `/health`, `/metrics`. Handlers validate and tokenize
+//! WebSocket, `/tokenize`, `/detokenize`, `/health`, `/metrics`, the telemetry socket
+//! `/v1/ws/telemetry` and `/v1/profile`, and the dashboard at `/`. Handlers validate and tokenize
 //! at the edge and talk to the engine only through `amdahl_engine::api`. Shutdown (SIGINT/SIGTERM
 //! in `amdahl serve`, [`Server::shutdown`] in tests) stops admitting, lets in-flight requests
 //! finish within a grace period, closes WebSockets with 1001, then stops the listener; whatever
 //! is still running after the grace period is cancelled by dropping its stream.
 
+pub mod dashboard;
 pub mod error;
 pub mod generation;
 pub mod middleware;
 pub mod openai;
 pub mod routes;
 pub mod state;
+pub mod telemetry;
 pub mod validate;
 pub mod ws;
 
@@ -102,6 +105,10 @@ pub fn start(cfg: ServerConfig) -> anyhow::Result<Server> {
             .route("/health", web::get().to(routes::health))
             .route("/metrics", web::get().to(routes::metrics))
             .route("/v1/ws", web::get().to(ws::ws_route))
+            .route("/v1/ws/telemetry", web::get().to(telemetry::telemetry_ws))
+            .route("/v1/profile", web::get().to(telemetry::profile))
+            .route("/", web::get().to(dashboard::index))
+            .route("/dashboard/{file}", web::get().to(dashboard::asset))
             .default_service(web::to(routes::not_found))
     })
     .workers(cfg.workers.max(1))

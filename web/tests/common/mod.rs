@@ -30,6 +30,7 @@ pub struct Opts {
     pub limits: Limits,
     pub max_model_len: Option<usize>,
     pub grace: Duration,
+    pub profile_every: Option<u32>,
 }
 
 impl Default for Opts {
@@ -42,6 +43,7 @@ impl Default for Opts {
             limits: Limits::default(),
             max_model_len: None,
             grace: Duration::from_secs(10),
+            profile_every: None,
         }
     }
 }
@@ -58,6 +60,7 @@ pub fn serve(dir: &Path, o: Opts) -> Server {
                 max_queue: o.max_queue,
             },
             max_model_len: o.max_model_len,
+            profile_every: o.profile_every,
         },
         host: "127.0.0.1".into(),
         port: 0,

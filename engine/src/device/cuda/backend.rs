@@ -1,7 +1,7 @@
 //! The CUDA device worker's backend: owns the GPU model and maps scheduler sequences to cache
 //! slots. Decode steps (one token per sequence) are captured once per (batch bucket, shape) as a
-//! CUDA graph and replayed with new metadata; prefill and mixed steps launch eagerly. Every
-//! `profile_every`th step records stage events (its own graph variant) and is charged with
+//! CUDA graph and replayed with new metadata; prefill and mixed steps launch eagerly. Steps the
+//! coordinator marks for profiling record stage events (their own graph variant) and are charged with
 //! analytic bytes and FLOPs. Sampling runs on the device; each sequence's seeded generator
 //! gives the one uniform draw its token needs.
 
@@ -12,6 +12,7 @@ use crate::actors::worker::{Backend, RunStep, StepOutput};
 use crate::error::{EngineError, Result};
 use crate::model::deepseek_v4::{DeepseekV4, LogitRows};
 use crate::profile::StageClock;
+use crate::profile::report::Peaks;
 use crate::rng::Rng;
 use crate::scheduler::SeqId;
 
@@ -36,7 +37,8 @@ pub struct CudaBackend {
     free: Vec<usize>,
     graphs: HashMap<(Shape, bool), (cudarc::driver::CudaGraph, StageTimer)>,
     opts: CudaOptions,
-    steps: u64,
+    /// Device time one recorded event costs (measured at start), for the overhead estimate.
+    event_cost: std::time::Duration,
 }
 
 // SAFETY: the backend is created on one thread and then used only by the device worker's
@@ -60,6 +62,7 @@ impl CudaBackend {
             "model resident on cuda:{}",
             opts.ordinal
         );
+        let event_cost = event_cost(&m.gpu)?;
         Ok(Self {
             label: format!("cuda:{}", opts.ordinal),
             free: (0..opts.max_batch).rev().collect(),
@@ -67,7 +70,7 @@ impl CudaBackend {
             seqs: HashMap::new(),
             graphs: HashMap::new(),
             opts,
-            steps: 0,
+            event_cost,
         })
     }
 
@@ -80,9 +83,48 @@ impl CudaBackend {
     }
 }
 
+/// Device time of one event record: 256 records between two events.
+fn event_cost(g: &Gpu) -> Result<std::time::Duration> {
+    let (a, b) = (g.event()?, g.event()?);
+    let mid: Vec<_> = (0..8).map(|_| g.event()).collect::<Result<_>>()?;
+    g.record(&a, false)?;
+    for i in 0..256 {
+        g.record(&mid[i % mid.len()], false)?;
+    }
+    g.record(&b, false)?;
+    b.synchronize()?;
+    let ms = f64::from(a.elapsed_ms(&b)?);
+    Ok(std::time::Duration::from_secs_f64(ms / 1e3 / 256.0))
+}
+
 impl Backend for CudaBackend {
     fn device(&self) -> &str {
         &self.label
+    }
+
+    fn peaks(&mut self) -> Peaks {
+        let _ = self.model.gpu.bind();
+        match super::peaks::measure(&self.model.gpu) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(
+                    "measuring the GPU's peaks failed ({e}); using H200 datasheet-like values"
+                );
+                Peaks {
+                    bandwidth: 4.3e12,
+                    flops: 7.9e14,
+                }
+            }
+        }
+    }
+
+    fn multiprocessors(&self) -> Option<u32> {
+        Some(self.model.gpu.info.sms as u32)
+    }
+
+    /// Every 16th step records stage events (a graph variant of its own).
+    fn default_profile_every(&self) -> u32 {
+        16
     }
 
     fn run(&mut self, step: RunStep) -> Result<StepOutput> {
@@ -150,9 +192,7 @@ impl Backend for CudaBackend {
                 sample: sample.clone(),
             })
             .collect();
-        self.steps += 1;
-        let timed =
-            self.opts.profile_every > 0 && self.steps.is_multiple_of(self.opts.profile_every);
+        let timed = step.profile;
         let decode = !seqs.is_empty() && seqs.iter().all(|s| s.tokens.len() == 1);
         let use_graph = self.opts.graphs && decode && seqs.len() <= self.model.lim.seqs;
         let plan = self
@@ -206,6 +246,8 @@ impl Backend for CudaBackend {
             }
         }
         let mut clock = StageClock::default();
+        let mut occupancy = None;
+        let mut profile_overhead = std::time::Duration::ZERO;
         if timed {
             let tm = if use_graph {
                 &self.graphs[&(plan.shape, true)].1
@@ -213,6 +255,8 @@ impl Backend for CudaBackend {
                 &eager_timer
             };
             tm.charge(&mut clock)?;
+            occupancy = Some(tm.occupancy(self.model.gpu.info.sms as u32));
+            profile_overhead = self.event_cost * tm.marks() as u32;
             let e = self.model.cfg.n_routed_experts;
             let hits: Vec<i32> = self.model.gpu.read(
                 &self.model.bufs.hits,
@@ -240,6 +284,8 @@ impl Backend for CudaBackend {
             clock,
             elapsed: t0.elapsed(),
             cache_bytes: per_slot * self.seqs.len() as u64,
+            occupancy,
+            profile_overhead,
         })
     }
 }

@@ -4,6 +4,7 @@
 //! are summed per stage for the occupancy facts (blocks launched against the SM count).
 
 use crate::error::Result;
+use crate::profile::occupancy::Occupancy;
 use crate::profile::{Stage, StageClock};
 
 use super::gpu::{Event, Gpu};
@@ -19,6 +20,8 @@ pub struct StageTimer {
     pub blocks: [u64; 8],
     pub max_blocks: [u64; 8],
     pub launches: [u64; 8],
+    /// Every launch of the step: (stage, blocks).
+    log: Vec<(Stage, u64)>,
     current: Option<Stage>,
     /// Record events (false: only count launches).
     pub timing: bool,
@@ -43,6 +46,7 @@ impl StageTimer {
         self.blocks = [0; 8];
         self.max_blocks = [0; 8];
         self.launches = [0; 8];
+        self.log.clear();
         self.current = None;
     }
 
@@ -80,10 +84,26 @@ impl StageTimer {
 
     /// Counts a launch of `blocks` blocks in the current stage.
     pub fn count(&mut self, blocks: u64) {
+        self.log
+            .push((self.current.unwrap_or(Stage::Other), blocks));
         let i = idx(self.current.unwrap_or(Stage::Other));
         self.blocks[i] += blocks;
         self.max_blocks[i] = self.max_blocks[i].max(blocks);
         self.launches[i] += 1;
+    }
+
+    /// The step's launch facts against a device of `sms` multiprocessors.
+    pub fn occupancy(&self, sms: u32) -> Occupancy {
+        let mut o = Occupancy::new(sms);
+        for &(s, b) in &self.log {
+            o.launch(s, b);
+        }
+        o
+    }
+
+    /// Events recorded in the step.
+    pub fn marks(&self) -> usize {
+        self.used
     }
 
     /// Charges each segment's device time to its stage (after the step completed).
