@@ -18,6 +18,7 @@ fn start(dir: &Path, device: DeviceSpec) -> EngineHandle {
             max_queue: 64,
         },
         max_model_len: Some(128),
+        profile_every: Some(4),
     })
     .unwrap()
 }
