@@ -205,7 +205,9 @@ __device__ __forceinline__ void mma_core(const WDesc& d0, const WDesc& d1, int e
         for (int u = 0; u < U; u++) {
             const int k = (c0 + u) * SC + t * 8 * V;
             const bool live = c0 + u < c_end;
-            if (live && k + 8 * V <= K) {
+            // 16-byte loads need 16-byte-aligned rows: K % 16 (fp8) or K % 32 (fp4).
+            const bool vec_ok = (V == 1) || (K % (8 * V) == 0);
+            if (live && vec_ok && k + 8 * V <= K) {
                 load_wv<FMT, V>(d0, e, r0, k, K, wa[u]);
                 load_wv<FMT, V>(d0, e, r1, k, K, wb[u]);
                 if (DUAL) {

@@ -51,6 +51,16 @@ for m in ["full", "incremental", "chunked"]:
     g = load_file(f"/tmp/g_{m}.st")["logits"]
     print(m, "rel l2 %.2e" % (np.linalg.norm(g - c) / np.linalg.norm(c)), "max|d|/max|c| %.2e" % (np.abs(g - c).max() / np.abs(c).max()))
 PY
+    echo "--- same fixture with index_topk 64 (top-k keeps every visible entry: no selection to flip)"
+    rm -rf /tmp/fx64 && cp -r $fx /tmp/fx64
+    python3 -c "import json;p='/tmp/fx64/config.json';c=json.load(open(p));c['index_topk']=64;json.dump(c,open(p,'w'))"
+    .gpu/amdahl logits --model /tmp/fx64 --input $fx/golden.safetensors --device cuda:0 --output /tmp/g64.st
+    .gpu/amdahl logits --model /tmp/fx64 --input $fx/golden.safetensors --output /tmp/c64.st
+    python3 -c "
+from safetensors.numpy import load_file
+import numpy as np
+c=load_file('/tmp/c64.st')['logits']; g=load_file('/tmp/g64.st')['logits']
+print('topk64 rel l2 %.2e max|d|/max|c| %.2e' % (np.linalg.norm(g-c)/np.linalg.norm(c), np.abs(g-c).max()/np.abs(c).max()))"
     echo "--- serve on cuda:0"
     .gpu/amdahl serve --device cuda:0 --port 0 >/tmp/serve.log 2>&1 &
     pid=$!
@@ -67,6 +77,11 @@ if [[ " $what " == *" profile "* ]]; then
     --expert-format nvfp4 --steps 20 --json "$OUT/profile.json" >"$OUT/profile.txt" 2>&1
   echo "profile rc=$?" >>"$OUT/profile.txt"
   tail -n 80 "$OUT/profile.txt"
+  if [ -n "${SLOW:-}" ]; then
+    AMDAHL_SLOW_ATTENTION=$SLOW timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format nvfp4 --steps 20 \
+      --json "$OUT/profile_slow.json" >"$OUT/profile_slow.txt" 2>&1
+    head -n 14 "$OUT/profile_slow.txt"
+  fi
   if [ -n "${MXFP4:-}" ]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
     head -n 20 "$OUT/profile_mxfp4.txt"

@@ -68,6 +68,9 @@ pub struct BatchProfile {
     pub host_seconds: f64,
     /// Per-stage device time (from the timed replays, averaged) with analytic bytes/FLOPs.
     pub clock: StageClock,
+    /// Per-stage device time of one eagerly launched step with the same events (a second,
+    /// independent measurement of the stages; launch gaps land in the stage that follows).
+    pub eager_clock: StageClock,
     pub launches: [u64; 8],
     pub blocks: [u64; 8],
     pub max_blocks: [u64; 8],

@@ -126,6 +126,13 @@ impl StageClock {
         self.marks += 1;
     }
 
+    /// Adds a duration measured elsewhere (device events), with no wall-clock gap accounting:
+    /// the GPU backend reads a step's stage segments after the step has finished.
+    pub fn add_measured(&mut self, stage: Stage, d: Duration) {
+        self.totals[stage.index()] += d;
+        self.marks += 1;
+    }
+
     /// Charges the time since the previous region ended (if it ended before `start`) to it.
     fn close_gap(&mut self, start: Instant) {
         if let Some((end, prev)) = self.last {

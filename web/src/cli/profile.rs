@@ -122,8 +122,17 @@ pub fn render(r: &ProfileReport) -> String {
         );
         let rep = Report::build(&b.clock, b.timed_step_seconds, Some(r.peaks));
         s += &format!(
-            "{:<10} {:>10} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12}\n",
-            "stage", "ms/step", "share", "MB", "GB/s", "%copy", "floor", "launches", "blocks/SMs"
+            "{:<10} {:>10} {:>9} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12}\n",
+            "stage",
+            "ms/step",
+            "eager ms",
+            "share",
+            "MB",
+            "GB/s",
+            "%copy",
+            "floor",
+            "launches",
+            "blocks/SMs"
         );
         for l in &rep.lines {
             let i = Stage::ALL.iter().position(|x| *x == l.stage).unwrap_or(7);
@@ -136,9 +145,10 @@ pub fn render(r: &ProfileReport) -> String {
                 "-".into()
             };
             s += &format!(
-                "{:<10} {:>10.4} {:>6.1}% {:>10.2} {:>9.0} {:>7.1}% {:>7.1}% {:>9} {:>12}\n",
+                "{:<10} {:>10.4} {:>9.4} {:>6.1}% {:>10.2} {:>9.0} {:>7.1}% {:>7.1}% {:>9} {:>12}\n",
                 l.stage.label(),
                 l.seconds * 1e3,
+                b.eager_clock.get(l.stage).as_secs_f64() * 1e3,
                 100.0 * l.share,
                 l.bytes as f64 / 1e6,
                 gb(l.bandwidth),
@@ -167,6 +177,7 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
                         st.label().to_string(),
                         serde_json::json!({
                             "seconds": b.clock.get(st).as_secs_f64(),
+                            "eager_seconds": b.eager_clock.get(st).as_secs_f64(),
                             "bytes": b.clock.bytes(st),
                             "flops": b.clock.flops(st),
                         }),

@@ -135,6 +135,14 @@ impl Backend for CudaBackend {
                 self.free.push(q.slot);
             }
         }
+        if step.items.is_empty() {
+            let per_slot = self.model.kv.bytes() / self.model.lim.slots() as u64;
+            return Ok(StepOutput {
+                elapsed: t0.elapsed(),
+                cache_bytes: per_slot * self.seqs.len() as u64,
+                ..StepOutput::default()
+            });
+        }
         for it in &step.items {
             if !self.seqs.contains_key(&it.seq) {
                 let slot = self.free.pop().ok_or_else(|| {

@@ -84,6 +84,9 @@ pub struct GpuModel {
     pub layout: MetaLayout,
     rope_main: (DevBuf, f32),
     rope_comp: (DevBuf, f32),
+    /// Launches of the sparse attention kernel per layer: 1, or more with
+    /// `AMDAHL_SLOW_ATTENTION=N` to check the profiler's Amdahl projection against a real change.
+    pub attn_repeat: usize,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -145,6 +148,11 @@ impl GpuModel {
             lim,
             rope_main,
             rope_comp,
+            attn_repeat: std::env::var("AMDAHL_SLOW_ATTENTION")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1usize)
+                .max(1),
         })
     }
 

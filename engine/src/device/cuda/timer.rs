@@ -114,7 +114,7 @@ impl StageTimer {
         self.events[self.used - 1].synchronize()?;
         for (i, st) in self.stages.iter().enumerate() {
             let ms = self.events[i].elapsed_ms(&self.events[i + 1])?;
-            clock.add(
+            clock.add_measured(
                 *st,
                 std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3),
             );

@@ -287,7 +287,9 @@ impl GpuModel {
             o_part: bf.o_part.ptr(),
             ml_part: bf.ml_part.ptr(),
         };
-        tm.count(k::sparse_attn(g, aa, meta, t)?);
+        for _ in 0..self.attn_repeat {
+            tm.count(k::sparse_attn(g, aa, meta, t)?);
+        }
         tm.count(k::attn_combine(
             g,
             aa,

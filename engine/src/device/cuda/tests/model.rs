@@ -19,10 +19,13 @@ use crate::rng::Rng;
 const TOL: f64 = 2e-2;
 
 fn specs() -> Vec<(&'static str, TinySpec)> {
+    // index_topk at least the visible entries: random weights give near-tied indexer scores, whose
+    // top-k flips under bf16 activation rounding (the trained model checks real selection).
     let base = TinySpec {
         hidden: 64,
         moe_inter: 32,
         q_lora: 32,
+        index_topk: 64,
         ..TinySpec::default()
     };
     vec![
@@ -36,7 +39,6 @@ fn specs() -> Vec<(&'static str, TinySpec)> {
                     AttnKind::Csa { ratio: 4 },
                 ],
                 window: 5,
-                index_topk: 2,
                 scoring: "sigmoid",
                 yarn: false,
                 ..base.clone()
@@ -62,7 +64,6 @@ fn specs() -> Vec<(&'static str, TinySpec)> {
                 rope_dim: 16,
                 index_heads: 4,
                 index_dim: 32,
-                index_topk: 5,
                 experts: 12,
                 top_k: 3,
                 ..base
@@ -124,20 +125,56 @@ fn gpu_logits(g: &GpuModel, ids: &[Vec<u32>], chunk: usize) -> Vec<Vec<f32>> {
 }
 
 fn check_model(name: &str, dir: &Path, len: usize) {
-    let Some(gp) = gpu() else { return };
-    let cpu = DeepseekV4::load(dir).unwrap();
-    let g = GpuModel::from_cpu(gp, &cpu, lim(len)).unwrap();
     let mut rng = Rng::new(7);
-    let v = cpu.cfg.vocab_size;
+    let v = DeepseekV4::load(dir).unwrap().cfg.vocab_size;
     let ids: Vec<Vec<u32>> = (0..3)
         .map(|_| (0..len).map(|_| rng.below(v) as u32).collect())
         .collect();
+    check_model_on(name, dir, ids);
+}
+
+/// Worked arithmetic problems, tokenized: the trained model's own kind of text.
+fn arith_ids(len: usize) -> Vec<Vec<u32>> {
+    let tok = crate::tokenizer::Tokenizer::from_model_dir(&arith_dir())
+        .unwrap()
+        .unwrap();
+    (0..3u64)
+        .map(|s| {
+            let mut text = String::new();
+            let mut i = s * 1000;
+            while text.len() < 2 * len {
+                let (a, b) = ((i * 37 + 11) % 1000, (i * 91 + 7) % 1000);
+                text += &match i % 3 {
+                    0 => format!("{a}+{b}={}\n", a + b),
+                    1 => format!("{a}-{b}={}\n", a as i64 - b as i64),
+                    _ => format!("{}*{}={}\n", a % 100, b % 100, (a % 100) * (b % 100)),
+                };
+                i += 1;
+            }
+            let mut ids = tok.encode(&text, false).unwrap();
+            ids.truncate(len);
+            ids
+        })
+        .collect()
+}
+
+fn check_model_on(name: &str, dir: &Path, ids: Vec<Vec<u32>>) {
+    let Some(gp) = gpu() else { return };
+    let cpu = DeepseekV4::load(dir).unwrap();
+    let len = ids[0].len();
+    let g = GpuModel::from_cpu(gp, &cpu, lim(len)).unwrap();
     let want = cpu_logits(&cpu, &ids);
     for chunk in [len, 1, 7] {
         let got = gpu_logits(&g, &ids, chunk);
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
             let e = rel_l2(a, b);
-            println!("{name}: seq {i} chunk {chunk}: rel l2 {e:.2e}");
+            let mx = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+                / b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+            println!("{name}: seq {i} chunk {chunk}: rel l2 {e:.2e}, max|d|/max|ref| {mx:.2e}");
             assert!(
                 e <= TOL,
                 "{name}: seq {i}, chunks of {chunk}: relative error {e:.3e} > {TOL}"
@@ -193,12 +230,12 @@ fn arith_dir() -> std::path::PathBuf {
 
 #[test]
 fn tiny_models_match_the_cpu_on_every_path() {
+    // The trained model over its whole context (every window, compressed entry and top-k).
+    check_model_on("arith", &arith_dir(), arith_ids(256));
     for (i, (name, spec)) in specs().into_iter().enumerate() {
         let d = write_spec(&spec, 100 + i as u64);
         check_model(name, d.path(), 70);
     }
-    // The trained model over its whole context (every window, compressed entry and top-k).
-    check_model("arith", &arith_dir(), 256);
 }
 
 #[test]
