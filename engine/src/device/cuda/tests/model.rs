@@ -19,13 +19,10 @@ use crate::rng::Rng;
 const TOL: f64 = 2e-2;
 
 fn specs() -> Vec<(&'static str, TinySpec)> {
-    // index_topk at least the visible entries: random weights give near-tied indexer scores, whose
-    // top-k flips under bf16 activation rounding (the trained model checks real selection).
     let base = TinySpec {
         hidden: 64,
         moe_inter: 32,
         q_lora: 32,
-        index_topk: 64,
         ..TinySpec::default()
     };
     vec![
@@ -158,26 +155,90 @@ fn arith_ids(len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// A copy of the model whose embedding table is perturbed by relative noise of 2^-9 (the size of
+/// one bf16 rounding), stored as f32: the CPU's own sensitivity to bf16-level noise.
+fn perturbed_copy(dir: &Path) -> tempfile::TempDir {
+    use crate::checkpoint::{Checkpoint, Dtype, OwnedTensor, safetensors};
+    let d = tempfile::tempdir().unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        if dir.join(f).exists() {
+            std::fs::copy(dir.join(f), d.path().join(f)).unwrap();
+        }
+    }
+    let ck = Checkpoint::open(dir).unwrap();
+    let mut rng = Rng::new(99);
+    let ts: Vec<OwnedTensor> = ck
+        .names()
+        .iter()
+        .map(|n| {
+            let t = ck.get(n).unwrap();
+            if *n == "embed.weight" {
+                let v: Vec<u8> = t
+                    .to_f32()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|&x| (x * (1.0 + rng.normal() / 512.0)).to_le_bytes())
+                    .collect();
+                OwnedTensor {
+                    name: n.to_string(),
+                    dtype: Dtype::F32,
+                    shape: t.shape.to_vec(),
+                    data: v,
+                }
+            } else {
+                OwnedTensor {
+                    name: n.to_string(),
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    data: t.bytes.to_vec(),
+                }
+            }
+        })
+        .collect();
+    assert!(
+        ts.iter().any(|t| t.name == "embed.weight"),
+        "no embed.weight in {}",
+        dir.display()
+    );
+    safetensors::write_file(
+        &d.path().join("model.safetensors"),
+        &ts,
+        &std::collections::BTreeMap::new(),
+    )
+    .unwrap();
+    d
+}
+
+/// GPU logits against the CPU's, on every path. The bound is 2e-2 relative (L2), or four times
+/// the CPU's own change under bf16-level noise when the model is that sensitive: random tiny
+/// models are (measured: rounding the csa_hca8_yarn fixture's f32 weights to bf16 moves its CPU
+/// logits by 3.6e-2, and by 7.9e-2 with index_topk 64), trained ones are not.
 fn check_model_on(name: &str, dir: &Path, ids: Vec<Vec<u32>>) {
     let Some(gp) = gpu() else { return };
     let cpu = DeepseekV4::load(dir).unwrap();
     let len = ids[0].len();
     let g = GpuModel::from_cpu(gp, &cpu, lim(len)).unwrap();
     let want = cpu_logits(&cpu, &ids);
+    let noisy = cpu_logits(&DeepseekV4::load(perturbed_copy(dir).path()).unwrap(), &ids);
     for chunk in [len, 1, 7] {
         let got = gpu_logits(&g, &ids, chunk);
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
             let e = rel_l2(a, b);
+            let sens = rel_l2(&noisy[i], b);
+            let bound = TOL.max(4.0 * sens);
             let mx = a
                 .iter()
                 .zip(b)
                 .map(|(x, y)| (x - y).abs())
                 .fold(0f32, f32::max)
                 / b.iter().map(|y| y.abs()).fold(0f32, f32::max);
-            println!("{name}: seq {i} chunk {chunk}: rel l2 {e:.2e}, max|d|/max|ref| {mx:.2e}");
+            println!(
+                "{name}: seq {i} chunk {chunk}: rel l2 {e:.2e}, max|d|/max|ref| {mx:.2e}; \
+                 CPU under bf16-level noise {sens:.2e}; bound {bound:.2e}"
+            );
             assert!(
-                e <= TOL,
-                "{name}: seq {i}, chunks of {chunk}: relative error {e:.3e} > {TOL}"
+                e <= bound,
+                "{name}: seq {i}, chunks of {chunk}: relative error {e:.3e} > {bound:.3e}"
             );
         }
     }
