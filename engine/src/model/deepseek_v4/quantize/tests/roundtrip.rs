@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::checkpoint::Dtype;
-use crate::model::deepseek_v4::quantize::{Target, dequantize_dir};
+use crate::model::deepseek_v4::quantize::{DenseDtype, Target, dequantize_dir, dequantize_dir_as};
 use crate::ops::linear::WeightData;
 use crate::quant::{Format, Fp8Block, Mxfp4, Nvfp4, QuantWeight};
 
@@ -148,12 +148,42 @@ fn quantized_logits_equal_the_dequantized_twin_and_distances_are_measured() {
             // Same weights, same f32 arithmetic: identical up to f32 rounding (in practice 0).
             let same = distance(&q, &twin);
             assert!(same.rel_max <= 1e-6, "{tag}: twin differs by {same:?}");
+            // The bf16 twin: exact where every scale is a power of two (E8M0), so the
+            // dequantized values fit bf16; NVFP4 (E4M3 × f32 scales) and FP8 with f32 block
+            // scales are rounded once more, which moves the logits far less than quantizing.
+            let bf16_dir = root.path().join(format!("{tag}-bf16"));
+            dequantize_dir_as(&q_dir, &bf16_dir, 1 << 20, DenseDtype::Bf16).unwrap();
+            let bf16 = logits(&DeepseekV4::load(&bf16_dir).unwrap(), &ids);
+            let to_bf16 = distance(&q, &bf16);
+            let exact = matches!(
+                format,
+                QuantizeFormat::Fp8 | QuantizeFormat::DeepseekFp4 | QuantizeFormat::Mxfp4
+            );
+            eprintln!(
+                "bf16 twin      {tag:<18} rel_l2 {:.3e}  rel_max {:.3e}  top1 {:.3}",
+                to_bf16.rel_l2, to_bf16.rel_max, to_bf16.top1
+            );
             let d = distance(&q, &reference);
             eprintln!(
                 "logit distance {tag:<18} rel_l2 {:.3e}  rel_max {:.3e}  top1 {:.3}",
                 d.rel_l2, d.rel_max, d.top1
             );
             assert!(d.rel_l2 > 0.0, "{tag}: quantization changed nothing");
+            if exact {
+                assert!(
+                    to_bf16.rel_max <= 1e-6,
+                    "{tag}: bf16 twin differs by {to_bf16:?}"
+                );
+            } else {
+                assert!(
+                    to_bf16.rel_max > 0.0,
+                    "{tag}: expected bf16 rounding to show"
+                );
+                assert!(
+                    to_bf16.rel_l2 < d.rel_l2 / 4.0,
+                    "{tag}: bf16 rounding {to_bf16:?} vs quantization {d:?}"
+                );
+            }
             assert!(d.rel_l2 < 0.5, "{tag}: {d:?}");
             rel.insert(tag, d.rel_l2);
         }
