@@ -3,6 +3,8 @@
 //! really emits EOS: EOS ends a request with `stop`; `ignore_eos` runs past it to `max_tokens`;
 //! `min_tokens` holds EOS back; chat's `max_completion_tokens` wins over `max_tokens`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! logits that match the causal goldens where transformers agrees with itself, and `generate
 //! --prompt-ids` prints transformers' no-cache greedy ids.
 
-#![allow(clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

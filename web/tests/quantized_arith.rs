@@ -3,7 +3,7 @@
 //! per operation. The condition is the hardest of docs/arith-model.md's table (seed 2, no worked
 //! problems before the question), and the cheapest to run. The full tables are in that doc.
 
-#![allow(clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
