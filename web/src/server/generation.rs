@@ -114,6 +114,7 @@ impl Generation {
             events.push(Some(ev));
         }
         let mut chunk = Chunk::default();
+        let mut stopped = false;
         for ev in events {
             match ev {
                 Some(StreamEvent::Token(id)) => {
@@ -126,7 +127,7 @@ impl Generation {
                         Ok(d) => {
                             chunk.text.push_str(&d.text);
                             if let Some(stop) = d.stop {
-                                self.engine.stop(self.seq);
+                                stopped = true;
                                 chunk.done = Some(self.stopped_by_string(stop.0));
                                 break;
                             }
@@ -154,8 +155,12 @@ impl Generation {
                 }
             }
         }
+        if stopped {
+            // End it as `stop` before the receiver goes, or the engine may see the closed
+            // channel first and count a client that left.
+            self.engine.stop(self.seq).await;
+        }
         if chunk.done.is_some() {
-            // Dropping the receiver cancels the request if it is still running (stop string).
             self.sub = None;
         }
         Some(chunk)
