@@ -7,9 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 venv=target/openai-venv
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+# Pinned to the SDK version this check was last verified with (2026-12-03).
+sdk=3.57.0
+if [ ! -x "$venv/bin/python" ] ||
+  ! "$venv/bin/python" -c "import openai; assert openai.__version__ == '$sdk'" 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check openai
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 120 \
+    "openai==$sdk"
 fi
 cargo build --quiet -p amdahl
 log=$(mktemp)

@@ -261,10 +261,13 @@ impl EngineHandle {
             .map_err(|_| EngineError::Shutdown)
     }
 
-    /// Ends a request as `stop` because the edge matched a stop string in its text (the caller
-    /// then drops the receiver). Fire and forget: a request that already ended is ignored.
-    pub fn stop(&self, seq: SeqId) {
-        self.coord.do_send(StopSeq(seq));
+    /// Ends a request as `stop` because the edge matched a stop string in its text. Returns
+    /// once the coordinator has ended it, so the caller can then drop the receiver without the
+    /// next step seeing a closed channel first (which would count a client that left). A request
+    /// that already ended (e.g. reached `max_tokens` before the match was seen) is left as it
+    /// ended.
+    pub async fn stop(&self, seq: SeqId) {
+        let _ = self.coord.send(StopSeq(seq)).await;
     }
 
     /// Cancels a request on the client's explicit request (dropping the receiver does the same

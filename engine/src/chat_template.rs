@@ -147,4 +147,39 @@ mod tests {
                 .is_none()
         );
     }
+
+    /// The other two places a template may be: `chat_template.jinja` beside a
+    /// tokenizer_config.json without one, and a named list in tokenizer_config.json (the
+    /// `default` entry wins), which also takes precedence over the file.
+    #[test]
+    fn a_jinja_file_or_a_named_list_is_read() {
+        let msgs = [TemplateMessage {
+            role: "user".into(),
+            content: "hi".into(),
+        }];
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("tokenizer_config.json");
+        std::fs::write(
+            &cfg,
+            r#"{"bos_token": {"content": "<s>"}, "eos_token": "</s>"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}\
+             {% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
+        )
+        .unwrap();
+        let t = ChatTemplate::from_model_dir(dir.path()).unwrap().unwrap();
+        assert_eq!(t.render(&msgs, true).unwrap(), "<s>[user]hi</s>[assistant]");
+        assert_eq!(t.render(&msgs, false).unwrap(), "<s>[user]hi</s>");
+
+        let listed = serde_json::json!({"chat_template": [
+            {"name": "tool_use", "template": "tools"},
+            {"name": "default", "template": "n={{ messages | length }}"},
+        ]});
+        std::fs::write(&cfg, listed.to_string()).unwrap();
+        let t = ChatTemplate::from_model_dir(dir.path()).unwrap().unwrap();
+        assert_eq!(t.render(&msgs, true).unwrap(), "n=1");
+    }
 }

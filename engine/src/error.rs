@@ -49,7 +49,9 @@ pub enum EngineError {
     Cache(String),
     #[error("device: {0}")]
     Device(String),
-    #[error("this binary was built without CUDA support (rebuild with `--features cuda`)")]
+    #[error(
+        "this build has no CUDA backend yet (the `cuda` feature is a placeholder); use --device cpu"
+    )]
     CudaNotCompiled,
     #[error("engine shut down")]
     Shutdown,

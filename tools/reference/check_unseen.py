@@ -9,10 +9,11 @@ Builds a few random models whose seeds and shapes differ from the committed fixt
 spellings: save_pretrained, DeepSeek official, HF module names), computes transformers'
 prefix goldens + agree mask (v4tiny.three_paths), then runs
 
-    amdahl logits --model DIR --input IN.safetensors --output OUT.safetensors
+    amdahl logits --model DIR --input IN.safetensors --output OUT.safetensors [--mode M ...]
 
-(IN: input_ids I64 [B,S]; OUT: logits F32 [B,S,V]) and requires, at every position where
-transformers is self-consistent (agree == 1):  max_v |out - ref| <= 1e-4 * max_v |ref|.
+(IN: input_ids I64 [B,S]; OUT: logits F32 [B,S,V]) once per path (`--mode full`,
+`incremental --prefix 3`, `chunked --chunk 5`) and requires, for every path at every position
+where transformers is self-consistent (agree == 1):  max_v |out - ref| <= 1e-4 * max_v |ref|.
 Prints one summary line; exit status 0 = pass, 1 = mismatch/failure, 2 = usage error.
 """
 
@@ -76,8 +77,15 @@ UNSEEN = [
 ]
 
 
-def run_binary(amdahl, model_dir, in_path, out_path, timeout):
-    cmd = [amdahl, "logits", "--model", model_dir, "--input", in_path, "--output", out_path]
+MODES = [
+    ("full", ["--mode", "full"]),
+    ("incremental", ["--mode", "incremental", "--prefix", "3"]),
+    ("chunked", ["--mode", "chunked", "--chunk", "5"]),
+]
+
+
+def run_binary(amdahl, model_dir, in_path, out_path, timeout, mode_args):
+    cmd = [amdahl, "logits", "--model", model_dir, "--input", in_path, "--output", out_path, *mode_args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -141,27 +149,28 @@ def main():
                 failures.append(f"{spec['name']}: transformers reload mismatch {reload_err}")
             if args.dry_run:
                 continue
-            if os.path.exists(out_path):
-                os.remove(out_path)
-            err = run_binary(os.path.abspath(args.amdahl), mdir, in_path, out_path, args.timeout)
-            if err:
-                failures.append(f"{spec['name']}: {err}")
-                continue
-            out = load_file(out_path).get("logits")
-            ref = res["logits"]
-            if out is None or tuple(out.shape) != tuple(ref.shape):
-                failures.append(f"{spec['name']}: logits shape {None if out is None else tuple(out.shape)}, "
-                                f"want {tuple(ref.shape)}")
-                continue
-            rel = (out.float() - ref).abs().amax(-1) / ref.abs().amax(-1)
-            rel = torch.where(agree, rel, torch.zeros_like(rel))
             compared += n_agree
-            worst = max(worst, float(rel.max()))
-            bad = (rel > REL_TOL) | (agree & ~torch.isfinite(rel))
-            if bad.any():
-                b, t = bad.nonzero()[0].tolist()
-                failures.append(f"{spec['name']}: {int(bad.sum())} positions over {REL_TOL:g}; "
-                                f"first b{b} t{t} rel {float(rel[b, t]):.3e}")
+            for mode, mode_args in MODES:
+                if os.path.exists(out_path):
+                    os.remove(out_path)
+                err = run_binary(os.path.abspath(args.amdahl), mdir, in_path, out_path, args.timeout, mode_args)
+                if err:
+                    failures.append(f"{spec['name']} {mode}: {err}")
+                    continue
+                out = load_file(out_path).get("logits")
+                ref = res["logits"]
+                if out is None or tuple(out.shape) != tuple(ref.shape):
+                    failures.append(f"{spec['name']} {mode}: logits shape "
+                                    f"{None if out is None else tuple(out.shape)}, want {tuple(ref.shape)}")
+                    continue
+                rel = (out.float() - ref).abs().amax(-1) / ref.abs().amax(-1)
+                rel = torch.where(agree, rel, torch.zeros_like(rel))
+                worst = max(worst, float(rel.max()))
+                bad = (rel > REL_TOL) | (agree & ~torch.isfinite(rel))
+                if bad.any():
+                    b, t = bad.nonzero()[0].tolist()
+                    failures.append(f"{spec['name']} {mode}: {int(bad.sum())} positions over {REL_TOL:g}; "
+                                    f"first b{b} t{t} rel {float(rel[b, t]):.3e}")
     if args.keep:
         print(f"  models, inputs and goldens kept in {root}", flush=True)
     if tmp is not None:
@@ -174,8 +183,10 @@ def main():
         print(f"check_unseen: {status} (dry run) {len(UNSEEN)} models generated, "
               f"{total} positions, no binary run", flush=True)
     else:
-        print(f"check_unseen: {status} {len(UNSEEN) - len(failures)}/{len(UNSEEN)} models, "
-              f"{compared}/{total} agreeing positions compared, worst rel err {worst:.2e} "
+        failed_models = {f.split()[0].rstrip(":") for f in failures}
+        print(f"check_unseen: {status} {len(UNSEEN) - len(failed_models)}/{len(UNSEEN)} models x "
+              f"{len(MODES)} paths ({', '.join(m for m, _ in MODES)}), "
+              f"{compared}/{total} agreeing positions compared per path, worst rel err {worst:.2e} "
               f"(limit {REL_TOL:g})", flush=True)
     return 1 if failures else 0
 

@@ -173,7 +173,11 @@ async fn chat_and_completions_streamed_and_not() {
         .map(|i| chars[i..i + 2].iter().collect::<String>())
         .find(|w: &String| !w.contains('\u{FFFD}'))
         .expect("a stop candidate in 40 tokens");
-    let mut body = greedy_completion(json!("hello"), 40);
+    // A long max_tokens: the engine must still be generating when the edge's stop arrives
+    // (one or two steps after the match), or it finishes first and counts the request as
+    // `length` (the client sees `stop` either way). Greedy, so the text up to the cut is the
+    // 40-token run's.
+    let mut body = greedy_completion(json!("hello"), 2000);
     body["stop"] = json!([stop]);
     let v = post(&c, &format!("{base}/v1/completions"), &body).await.1;
     let cut = &long_text[..long_text.find(&stop).unwrap()];

@@ -1,6 +1,7 @@
 //! A bounded load test through the bench client (500 requests at concurrency 64, short outputs)
 //! with zero errors and no leaked slots, over HTTP and WebSocket; and the real binaries:
-//! `amdahl serve --port 0` driven by `amdahl bench`, which prints the table, then SIGTERM.
+//! `amdahl serve --port 0` driven by `amdahl bench`, which prints the table, then SIGTERM; and
+//! SIGINT while a request streams: it finishes, then the process exits.
 
 mod common;
 
@@ -83,13 +84,80 @@ async fn load_500_requests_at_concurrency_64_without_errors_or_leaks() {
 }
 
 /// Sends SIGTERM to a child we started (by its pid, never by name).
-#[allow(clippy::unwrap_used)]
 fn sigterm(pid: u32) {
+    signal(pid, "-TERM");
+}
+
+/// Sends a signal to a child we started (by its pid, never by name).
+#[allow(clippy::unwrap_used)]
+fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
+        .args([sig, &pid.to_string()])
         .status()
         .unwrap();
     assert!(ok.success());
+}
+
+/// Waits for a child to exit (20 s at most) and returns whether it exited with success.
+#[allow(clippy::unwrap_used)]
+fn exited_ok(child: &mut std::process::Child, what: &str) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.success();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `amdahl serve` on SIGINT (Ctrl-C) drains like on SIGTERM: the request streaming when the
+/// signal arrives runs to its end (`[DONE]`), then the process exits with success.
+#[test]
+fn serve_drains_on_sigint() {
+    use std::io::{Read, Write};
+    let dir = model_dir();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_amdahl"))
+        .args(["serve", "--port", "0", "--model"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("serve exited").unwrap();
+        if let Some(u) = line.strip_prefix("listening on ") {
+            break u.to_string();
+        }
+    };
+    let host = url.trim_start_matches("http://").to_string();
+    let body =
+        r#"{"prompt":"abc","max_tokens":300,"temperature":0,"ignore_eos":true,"stream":true}"#;
+    let mut sock = std::net::TcpStream::connect(&host).unwrap();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: ") {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before its first event");
+        got.extend_from_slice(&buf[..n]);
+    }
+    signal(server.id(), "-INT");
+    sock.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("\"finish_reason\":\"length\""), "{text}");
+    assert!(
+        text.contains("data: [DONE]"),
+        "in-flight request finished: {text}"
+    );
+    assert!(exited_ok(&mut server, "serve did not exit on SIGINT"));
 }
 
 #[test]
@@ -175,16 +243,8 @@ fn serve_and_bench_binaries() {
     assert!(json["mean_ttft_ms"].as_f64().unwrap() > 0.0);
 
     sigterm(server.id());
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = server.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "serve did not exit on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "serve exited with {status}");
+    assert!(
+        exited_ok(&mut server, "serve did not exit on SIGTERM"),
+        "serve exited with failure"
+    );
 }

@@ -42,7 +42,7 @@ pub enum Command {
     /// Drive a running server and print the "Serving Benchmark Result" table.
     Bench(bench::Args),
     /// Write a checkpoint in a quantized format (nvfp4, mxfp4, deepseek-fp4, fp8, fp8-v3) or
-    /// dequantize one (f32).
+    /// dequantize one (f32, bf16).
     Quantize(quantize::Args),
     /// Describe a checkpoint: architecture, parameters, bytes by format, per-layer quantization,
     /// cache bytes per token, MoE backends that could run it.

@@ -1,11 +1,12 @@
 //! `amdahl quantize`: writes a dense DeepSeek-V4 checkpoint in one quantized format (or, with
-//! `--format f32`, dequantizes any checkpoint we load into a dense f32 twin).
+//! `--format f32` / `bf16`, dequantizes any checkpoint we load into a dense twin).
 
 use std::path::PathBuf;
 
 use amdahl_engine::config::ModelConfig;
 use amdahl_engine::model::deepseek_v4::quantize::{
-    Plan, QuantizeFormat, QuantizeOptions, dequantize_dir, quantize_dir,
+    DenseDtype, Plan, QuantizeFormat, QuantizeOptions, dequantize_dir, dequantize_dir_as,
+    quantize_dir,
 };
 use anyhow::Context;
 
@@ -23,6 +24,9 @@ pub enum Format {
     Fp8V3,
     /// Dequantize into a dense f32 checkpoint (the exact values the CPU backend computes with).
     F32,
+    /// Dequantize into a dense bf16 checkpoint (exact for E8M0-scaled formats: fp8,
+    /// deepseek-fp4, mxfp4; NVFP4 and fp8-v3 values are rounded to bf16).
+    Bf16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,13 +57,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let shard_bytes = (a.shard_gib * (1u64 << 30) as f64).max(1.0) as usize;
     let summary = match a.format {
         Format::F32 => dequantize_dir(&a.input, &a.output, shard_bytes)?,
+        Format::Bf16 => dequantize_dir_as(&a.input, &a.output, shard_bytes, DenseDtype::Bf16)?,
         f => {
             let format = match f {
                 Format::Nvfp4 => QuantizeFormat::Nvfp4,
                 Format::Mxfp4 => QuantizeFormat::Mxfp4,
                 Format::DeepseekFp4 => QuantizeFormat::DeepseekFp4,
                 Format::Fp8 => QuantizeFormat::Fp8,
-                Format::Fp8V3 | Format::F32 => QuantizeFormat::Fp8V3,
+                Format::Fp8V3 | Format::F32 | Format::Bf16 => QuantizeFormat::Fp8V3,
             };
             let cfg = ModelConfig::from_path(&a.input)
                 .with_context(|| format!("reading {}", a.input.display()))?;

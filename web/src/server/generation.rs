@@ -114,6 +114,7 @@ impl Generation {
             events.push(Some(ev));
         }
         let mut chunk = Chunk::default();
+        let mut stopped = false;
         for ev in events {
             match ev {
                 Some(StreamEvent::Token(id)) => {
@@ -126,7 +127,7 @@ impl Generation {
                         Ok(d) => {
                             chunk.text.push_str(&d.text);
                             if let Some(stop) = d.stop {
-                                self.engine.stop(self.seq);
+                                stopped = true;
                                 chunk.done = Some(self.stopped_by_string(stop.0));
                                 break;
                             }
@@ -154,8 +155,12 @@ impl Generation {
                 }
             }
         }
+        if stopped {
+            // End it as `stop` before the receiver goes, or the engine may see the closed
+            // channel first and count a client that left.
+            self.engine.stop(self.seq).await;
+        }
         if chunk.done.is_some() {
-            // Dropping the receiver cancels the request if it is still running (stop string).
             self.sub = None;
         }
         Some(chunk)
@@ -210,5 +215,113 @@ impl Generation {
                 _ => None,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use amdahl_engine::api::{
+        DeviceSpec, EngineConfig, EngineHandle, SamplingParams, SchedulerConfig, Tokenizer,
+    };
+
+    use super::*;
+    use crate::server::state::Limits;
+
+    fn state(dir: &std::path::Path) -> AppState {
+        let engine = EngineHandle::start(EngineConfig {
+            model_dir: dir.to_path_buf(),
+            model_name: Some("tiny".into()),
+            device: DeviceSpec::Cpu,
+            scheduler: SchedulerConfig {
+                max_seqs: 4,
+                max_step_tokens: 64,
+                max_queue: 4,
+            },
+            max_model_len: None,
+        })
+        .unwrap();
+        AppState {
+            engine,
+            tok: Arc::new(Tokenizer::from_model_dir(dir).unwrap().unwrap()),
+            template: None,
+            limits: Limits::default(),
+            api_key: None,
+            shutdown: tokio::sync::watch::channel(false).1,
+            started: 0,
+        }
+    }
+
+    fn greedy(n: usize) -> Prepared {
+        Prepared {
+            prompt: vec![11, 42, 97, 5, 200],
+            params: SamplingParams {
+                temperature: 0.0,
+                max_tokens: n,
+                ignore_eos: true,
+                ..Default::default()
+            },
+            stops: Vec::new(),
+            include_stop: false,
+            skip_special: true,
+        }
+    }
+
+    /// A reader that falls behind (here: reads nothing until the engine has finished) gets the
+    /// whole backlog as one chunk, with the same tokens, text and outcome as a prompt reader.
+    #[actix_web::test]
+    async fn a_reader_that_falls_behind_gets_the_backlog_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        amdahl_engine::testkit::write_model_dir(
+            dir.path(),
+            &amdahl_engine::testkit::serving_spec(),
+            7,
+        )
+        .unwrap();
+        let st = state(dir.path());
+        let n = 48;
+
+        let mut prompt_reader = Generation::start(&st, greedy(n), Transport::Ws)
+            .await
+            .unwrap();
+        let mut live = Vec::new();
+        while let Some(c) = prompt_reader.next().await {
+            live.push(c);
+        }
+
+        let mut slow = Generation::start(&st, greedy(n), Transport::Ws)
+            .await
+            .unwrap();
+        let mut idle = false;
+        for _ in 0..2000 {
+            let s = st.engine.stats().await.unwrap();
+            if s.running == 0 && s.waiting == 0 {
+                idle = true;
+                break;
+            }
+            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(idle, "the engine did not finish the request");
+        let backlog = slow.next().await.unwrap();
+        assert!(
+            slow.next().await.is_none(),
+            "one chunk holds the whole backlog"
+        );
+
+        let ids: Vec<u32> = live.iter().flat_map(|c| c.token_ids.clone()).collect();
+        let text: String = live.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(ids.len(), n);
+        assert_eq!(
+            backlog.token_ids, ids,
+            "no token lost, duplicated or reordered"
+        );
+        assert_eq!(backlog.text, text);
+        assert_eq!(text, st.tok.decode(&ids, true).unwrap());
+        let (a, b) = (live.last().unwrap().done.clone(), backlog.done.clone());
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!((a.finish_reason, b.finish_reason), ("length", "length"));
+        assert_eq!(a.usage, b.usage);
+        assert_eq!(b.usage.completion_tokens, n as u64);
     }
 }

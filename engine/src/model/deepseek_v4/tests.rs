@@ -233,3 +233,146 @@ fn csa_with_topk_at_least_visible_attends_to_all_visible_entries() {
     assert!(max_rel_diff(&a.slice_rows(0, 11), &c.slice_rows(0, 11)) <= 1e-5);
     assert!(max_rel_diff(&a.slice_rows(11, 60), &c.slice_rows(11, 60)) > 1e-4);
 }
+
+/// A random configuration: 2–4 layers of any attention kind (one CSA rate and one HCA rate, as a
+/// config can only say), MoE kinds in any order, and random window, top-k, scoring, YaRN, mHC
+/// width and output groups.
+fn random_spec(rng: &mut Rng) -> TinySpec {
+    let csa = [2, 4][rng.below(2)];
+    let hca = [4, 8, 16][rng.below(3)];
+    let n = 2 + rng.below(3);
+    let layers: Vec<AttnKind> = (0..n)
+        .map(|_| match rng.below(3) {
+            0 => AttnKind::Sliding,
+            1 => AttnKind::Csa { ratio: csa },
+            _ => AttnKind::Hca { ratio: hca },
+        })
+        .collect();
+    let mlp = (0..n)
+        .map(|_| {
+            if rng.below(2) == 0 {
+                MlpKind::HashMoe
+            } else {
+                MlpKind::Moe
+            }
+        })
+        .collect();
+    TinySpec {
+        layers,
+        mlp,
+        window: 3 + rng.below(14),
+        index_topk: 1 + rng.below(6),
+        scoring: ["sqrtsoftplus", "sigmoid", "softmax"][rng.below(3)],
+        yarn: rng.below(2) == 0,
+        hc_mult: [2, 4][rng.below(2)],
+        o_groups: [1, 2, 4][rng.below(3)],
+        ..TinySpec::default()
+    }
+}
+
+/// The property of the issue, over random configurations, lengths and chunkings: for L > t,
+/// position t's logits are the same whether ids[:L] is computed in one pass, prefill + decode,
+/// or random chunks, and the same as the last position of ids[:t+1] alone.
+#[test]
+fn random_configs_are_causal_and_path_consistent() {
+    let mut rng = Rng::new(2024);
+    for case in 0..6 {
+        let spec = random_spec(&mut rng);
+        let m = build(&spec, 500 + case);
+        let n = 24 + rng.below(40);
+        let tokens = random_tokens(&mut rng, spec.vocab, n);
+        let full = run_chunks(&m, &tokens, &[n]);
+        let prefix = 1 + rng.below(n - 1);
+        let mut inc = vec![prefix];
+        inc.extend(std::iter::repeat_n(1, n - prefix));
+        let mut chunks = Vec::new();
+        let mut left = n;
+        while left > 0 {
+            let c = (1 + rng.below(17)).min(left);
+            chunks.push(c);
+            left -= c;
+        }
+        let what = format!("case {case} {spec:?} n {n}");
+        let inc_err = max_rel_diff(&full, &run_chunks(&m, &tokens, &inc));
+        let chunk_err = max_rel_diff(&full, &run_chunks(&m, &tokens, &chunks));
+        assert!(
+            inc_err <= 1e-5,
+            "{what}: incremental (prefix {prefix}) {inc_err}"
+        );
+        assert!(chunk_err <= 1e-5, "{what}: chunks {chunks:?} {chunk_err}");
+        for _ in 0..3 {
+            let t = rng.below(n - 1);
+            let alone = run_chunks(&m, &tokens[..=t], &[t + 1]);
+            let err = max_rel_diff(&alone.slice_rows(t, t + 1), &full.slice_rows(t, t + 1));
+            assert!(err <= 1e-5, "{what}: position {t} alone vs in {n}: {err}");
+        }
+    }
+}
+
+/// Checkpoints stored in BF16 or F16 (every float tensor: linears, norms, mHC, sinks, biases)
+/// load and compute exactly what an F32 checkpoint holding the same rounded values computes.
+#[test]
+fn bf16_and_f16_checkpoints_equal_f32_with_the_same_values() {
+    use crate::checkpoint::{Checkpoint, Dtype, OwnedTensor};
+    use half::{bf16, f16};
+    let spec = TinySpec::default();
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("f32");
+    spec.write(&src, 41).unwrap();
+    let ck = Checkpoint::open(&src).unwrap();
+    let tokens = random_tokens(&mut Rng::new(8), spec.vocab, 40);
+    type Half = (Dtype, fn(f32) -> u16, fn(u16) -> f32);
+    let halves: [Half; 2] = [
+        (
+            Dtype::BF16,
+            |v| bf16::from_f32(v).to_bits(),
+            |b| bf16::from_bits(b).to_f32(),
+        ),
+        (
+            Dtype::F16,
+            |v| f16::from_f32(v).to_bits(),
+            |b| f16::from_bits(b).to_f32(),
+        ),
+    ];
+    for (dtype, encode, decode) in halves {
+        let (mut stored, mut rounded) = (Vec::new(), Vec::new());
+        for name in ck.names() {
+            let t = ck.get(name).unwrap();
+            if t.dtype != Dtype::F32 {
+                let same = OwnedTensor {
+                    name: name.to_string(),
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    data: t.bytes.to_vec(),
+                };
+                stored.push(same.clone());
+                rounded.push(same);
+                continue;
+            }
+            let bits: Vec<u16> = t.to_f32().unwrap().into_iter().map(encode).collect();
+            let values: Vec<f32> = bits.iter().map(|&b| decode(b)).collect();
+            stored.push(OwnedTensor {
+                name: name.to_string(),
+                dtype,
+                shape: t.shape.to_vec(),
+                data: bits.iter().flat_map(|b| b.to_le_bytes()).collect(),
+            });
+            rounded.push(OwnedTensor::f32(name, t.shape, &values));
+        }
+        let mut logits = Vec::new();
+        for (tag, tensors) in [("stored", &stored), ("rounded", &rounded)] {
+            let dir = root.path().join(format!("{dtype:?}-{tag}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+            crate::checkpoint::safetensors::write_file(
+                &dir.join("model.safetensors"),
+                tensors,
+                &Default::default(),
+            )
+            .unwrap();
+            let m = DeepseekV4::load(&dir).unwrap();
+            logits.push(run_chunks(&m, &tokens, &[tokens.len()]));
+        }
+        assert_eq!(logits[0], logits[1], "{dtype:?} checkpoint");
+    }
+}

@@ -22,7 +22,7 @@ use crate::error::{EngineError, Result};
 use crate::quant::load::{SCALE_SUFFIXES, load, probe_checked};
 use crate::quant::mxfp4::MX_BLOCK;
 use crate::quant::{
-    Fp8Block, Fp8Tensor, Mxfp4, Nvfp4, QuantConfig, QuantWeight, e2m1, e4m3, store,
+    Format, Fp8Block, Fp8Tensor, Mxfp4, Nvfp4, QuantConfig, QuantWeight, e2m1, e4m3, store,
 };
 use shards::Shards;
 
@@ -294,9 +294,31 @@ pub fn quantize_dir(
     Ok(summary)
 }
 
+/// The dtype a dense twin's linears are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenseDtype {
+    /// Exactly the values the CPU forward computes with.
+    F32,
+    /// Quantized modules rounded to nearest-even bf16 (dense modules keep their dtype): exact
+    /// for formats whose scales are powers of two (E8M0: DeepSeek FP8/FP4, MXFP4), whose
+    /// dequantized values have at most 4 significant bits; NVFP4 and f32-scaled FP8 values are
+    /// rounded.
+    Bf16,
+}
+
 /// Writes a dense f32 twin of any checkpoint we can load: every linear dequantized exactly as
 /// the CPU forward does, every other tensor copied, quantization configs dropped.
 pub fn dequantize_dir(input: &Path, output: &Path, shard_bytes: usize) -> Result<QuantizeSummary> {
+    dequantize_dir_as(input, output, shard_bytes, DenseDtype::F32)
+}
+
+/// [`dequantize_dir`] with the linears written in `dtype`.
+pub fn dequantize_dir_as(
+    input: &Path,
+    output: &Path,
+    shard_bytes: usize,
+    dtype: DenseDtype,
+) -> Result<QuantizeSummary> {
     let cfg = ModelConfig::from_path(input)?;
     let qc = QuantConfig::from_dir(input)?;
     prepare_output(input, output)?;
@@ -316,11 +338,28 @@ pub fn dequantize_dir(input: &Path, output: &Path, shard_bytes: usize) -> Result
             w.extend_from_slice(&lin.row(r));
         }
         *summary.converted.entry(p.format.to_string()).or_default() += 1;
-        shards.push(OwnedTensor::f32(
-            &format!("{}.weight", m.name),
-            &[m.out, m.inp],
-            &w,
-        ))?;
+        let name = format!("{}.weight", m.name);
+        let stored_dense = matches!(p.format, Format::F32 | Format::Bf16 | Format::F16);
+        shards.push(match dtype {
+            DenseDtype::F32 => OwnedTensor::f32(&name, &[m.out, m.inp], &w),
+            // A module that was not quantized keeps its stored dtype: only quantized modules
+            // are rounded to bf16.
+            DenseDtype::Bf16 if stored_dense => OwnedTensor {
+                name,
+                dtype: p.weight.dtype,
+                shape: p.weight.shape.to_vec(),
+                data: p.weight.bytes.to_vec(),
+            },
+            DenseDtype::Bf16 => OwnedTensor {
+                name,
+                dtype: Dtype::BF16,
+                shape: vec![m.out, m.inp],
+                data: w
+                    .iter()
+                    .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
+                    .collect(),
+            },
+        })?;
         done.insert(format!("{}.weight", m.name));
         for s in SCALE_SUFFIXES {
             done.insert(format!("{}.{s}", m.name));

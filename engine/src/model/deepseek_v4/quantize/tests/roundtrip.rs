@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::checkpoint::Dtype;
-use crate::model::deepseek_v4::quantize::{Target, dequantize_dir};
+use crate::model::deepseek_v4::quantize::{DenseDtype, Target, dequantize_dir, dequantize_dir_as};
 use crate::ops::linear::WeightData;
 use crate::quant::{Format, Fp8Block, Mxfp4, Nvfp4, QuantWeight};
 
@@ -148,12 +148,42 @@ fn quantized_logits_equal_the_dequantized_twin_and_distances_are_measured() {
             // Same weights, same f32 arithmetic: identical up to f32 rounding (in practice 0).
             let same = distance(&q, &twin);
             assert!(same.rel_max <= 1e-6, "{tag}: twin differs by {same:?}");
+            // The bf16 twin: exact where every scale is a power of two (E8M0), so the
+            // dequantized values fit bf16; NVFP4 (E4M3 × f32 scales) and FP8 with f32 block
+            // scales are rounded once more, which moves the logits far less than quantizing.
+            let bf16_dir = root.path().join(format!("{tag}-bf16"));
+            dequantize_dir_as(&q_dir, &bf16_dir, 1 << 20, DenseDtype::Bf16).unwrap();
+            let bf16 = logits(&DeepseekV4::load(&bf16_dir).unwrap(), &ids);
+            let to_bf16 = distance(&q, &bf16);
+            let exact = matches!(
+                format,
+                QuantizeFormat::Fp8 | QuantizeFormat::DeepseekFp4 | QuantizeFormat::Mxfp4
+            );
+            eprintln!(
+                "bf16 twin      {tag:<18} rel_l2 {:.3e}  rel_max {:.3e}  top1 {:.3}",
+                to_bf16.rel_l2, to_bf16.rel_max, to_bf16.top1
+            );
             let d = distance(&q, &reference);
             eprintln!(
                 "logit distance {tag:<18} rel_l2 {:.3e}  rel_max {:.3e}  top1 {:.3}",
                 d.rel_l2, d.rel_max, d.top1
             );
             assert!(d.rel_l2 > 0.0, "{tag}: quantization changed nothing");
+            if exact {
+                assert!(
+                    to_bf16.rel_max <= 1e-6,
+                    "{tag}: bf16 twin differs by {to_bf16:?}"
+                );
+            } else {
+                assert!(
+                    to_bf16.rel_max > 0.0,
+                    "{tag}: expected bf16 rounding to show"
+                );
+                assert!(
+                    to_bf16.rel_l2 < d.rel_l2 / 4.0,
+                    "{tag}: bf16 rounding {to_bf16:?} vs quantization {d:?}"
+                );
+            }
             assert!(d.rel_l2 < 0.5, "{tag}: {d:?}");
             rel.insert(tag, d.rel_l2);
         }
@@ -165,4 +195,109 @@ fn quantized_logits_equal_the_dequantized_twin_and_distances_are_measured() {
     }
     // Quantizing less moves the model less.
     assert!(rel["Nvfp4-true"] < rel["Nvfp4-false"], "{rel:?}");
+}
+
+/// What lands on disk, per format, for one attention projection (`wq_b`, [64, 32]) and one
+/// routed expert (`w1`, [32, 32]): the names, dtypes and shapes of model-spec §5 and the
+/// declaring config fields other engines read (ModelOpt's hf_quant_config.json for NVFP4,
+/// DeepSeek's `quantization_config` / `expert_dtype`).
+#[test]
+fn on_disk_layout_follows_each_convention() {
+    use crate::checkpoint::safetensors::parse_header;
+    let root = tempfile::tempdir().unwrap();
+    let dense = root.path().join("dense");
+    spec().write(&dense, 9).unwrap();
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (attn, expert) = ("layers.1.attn.wq_b", "layers.1.ffn.experts.1.w1");
+    type Layout = Vec<(String, Dtype, Vec<usize>)>;
+    let cases: [(QuantizeFormat, Layout); 4] = [
+        (
+            QuantizeFormat::Nvfp4,
+            vec![
+                (format!("{attn}.weight"), Dtype::U8, vec![64, 16]),
+                (format!("{attn}.weight_scale"), Dtype::F8E4M3, vec![64, 2]),
+                (format!("{attn}.weight_scale_2"), Dtype::F32, vec![]),
+                (format!("{attn}.input_scale"), Dtype::F32, vec![]),
+                (format!("{expert}.weight"), Dtype::U8, vec![32, 16]),
+                (format!("{expert}.weight_scale"), Dtype::F8E4M3, vec![32, 2]),
+            ],
+        ),
+        (
+            QuantizeFormat::Fp8,
+            vec![
+                (format!("{attn}.weight"), Dtype::F8E4M3, vec![64, 32]),
+                (format!("{attn}.scale"), Dtype::F8E8M0, vec![1, 1]),
+            ],
+        ),
+        (
+            QuantizeFormat::Fp8V3,
+            vec![
+                (format!("{attn}.weight"), Dtype::F8E4M3, vec![64, 32]),
+                (format!("{attn}.weight_scale_inv"), Dtype::F32, vec![1, 1]),
+            ],
+        ),
+        (
+            QuantizeFormat::DeepseekFp4,
+            vec![
+                (format!("{attn}.weight"), Dtype::F8E4M3, vec![64, 32]),
+                (format!("{attn}.scale"), Dtype::F8E8M0, vec![1, 1]),
+                (format!("{expert}.weight"), Dtype::I8, vec![32, 16]),
+                (format!("{expert}.scale"), Dtype::F8E8M0, vec![32, 1]),
+            ],
+        ),
+    ];
+    for (format, layout) in cases {
+        let out = root.path().join(format!("{format:?}"));
+        quantize(&dense, &out, format, false);
+        let file = out.join("model.safetensors");
+        let bytes = std::fs::read(&file).unwrap();
+        let (hdr, _) = parse_header(&file, &bytes).unwrap();
+        for (name, dtype, shape) in &layout {
+            let e = hdr
+                .get(name)
+                .unwrap_or_else(|| panic!("{format:?}: no {name}"));
+            assert_eq!((e.dtype, &e.shape), (*dtype, shape), "{format:?}: {name}");
+        }
+        let cfg = json(&out.join("config.json"));
+        let q = &cfg["quantization_config"];
+        match format {
+            QuantizeFormat::Nvfp4 => {
+                let hf = json(&out.join("hf_quant_config.json"));
+                let h = &hf["quantization"];
+                assert_eq!(
+                    (&h["quant_algo"], &h["group_size"]),
+                    (&"NVFP4".into(), &16.into())
+                );
+                assert!(h["kv_cache_quant_algo"].is_null());
+                let excluded = h["exclude_modules"].as_array().unwrap();
+                assert!(excluded.contains(&"head".into()), "{h}");
+                assert!(!excluded.contains(&attn.into()));
+                assert_eq!(q["quant_method"], "modelopt");
+                assert_eq!(q["quant_algo"], "NVFP4");
+            }
+            _ => {
+                assert!(!out.join("hf_quant_config.json").exists());
+                assert_eq!(
+                    (&q["quant_method"], &q["fmt"], &q["weight_block_size"]),
+                    (
+                        &"fp8".into(),
+                        &"e4m3".into(),
+                        &serde_json::json!([128, 128])
+                    )
+                );
+                let e8m0 = format != QuantizeFormat::Fp8V3;
+                assert_eq!(q.get("scale_fmt").is_some(), e8m0, "{q}");
+                if e8m0 {
+                    assert_eq!(q["scale_fmt"], "ue8m0");
+                }
+                let fp4 = format == QuantizeFormat::DeepseekFp4;
+                assert_eq!(cfg.get("expert_dtype").is_some(), fp4, "{cfg}");
+                if fp4 {
+                    assert_eq!(cfg["expert_dtype"], "fp4");
+                }
+            }
+        }
+    }
 }
