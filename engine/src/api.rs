@@ -203,6 +203,8 @@ pub struct EngineConfig {
     /// Record stage timing on every Nth step; None: the backend's default (every step on the
     /// CPU).
     pub profile_every: Option<u32>,
+    /// `--moe-backend`: auto or a backend name (ops::moe::backends); None = auto.
+    pub moe_backend: Option<String>,
 }
 
 /// Load and queue counts, for /health, /metrics and tests.

@@ -50,7 +50,7 @@ pub enum EngineError {
     #[error("device: {0}")]
     Device(String),
     #[error(
-        "this build has no CUDA backend yet (the `cuda` feature is a placeholder); use --device cpu"
+        "this binary was built without the CUDA backend (rebuild with `cargo build --release -p amdahl --features cuda`) ; use --device cpu"
     )]
     CudaNotCompiled,
     #[error("engine shut down")]

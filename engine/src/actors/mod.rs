@@ -58,14 +58,25 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
         .build_info
         .with_label_values(&[env!("CARGO_PKG_VERSION"), &info.name, &info.device])
         .set(1);
+    let moe_choice = cfg.moe_backend.clone().unwrap_or_else(|| "auto".into());
     let backend: Box<dyn Backend> = match cfg.device {
-        DeviceSpec::Cpu => Box::new(CpuBackend::new(model)),
+        DeviceSpec::Cpu => {
+            let choice = crate::ops::moe::backends::Choice::parse(&moe_choice)?;
+            let formats = model.weights.expert_formats();
+            crate::ops::moe::backends::choose_built(
+                choice,
+                &formats,
+                crate::ops::moe::backends::Device::Cpu,
+            )?;
+            Box::new(CpuBackend::new(model))
+        }
         DeviceSpec::Cuda(ordinal) => {
             let opts = CudaOptions {
                 ordinal,
                 max_batch: cfg.scheduler.max_seqs,
                 max_len: max_model_len,
                 max_step_tokens: cfg.scheduler.max_step_tokens,
+                moe_backend: moe_choice,
                 ..CudaOptions::default()
             };
             // The CPU copy of the weights is dropped once they are on the device.

@@ -30,6 +30,7 @@ pub(crate) fn start(
         },
         max_model_len: None,
         profile_every: None,
+        moe_backend: None,
     })
     .unwrap()
 }

@@ -29,6 +29,8 @@ pub struct CudaOptions {
     pub max_step_tokens: usize,
     /// Capture decode steps as CUDA graphs (per batch-size bucket).
     pub graphs: bool,
+    /// `--moe-backend` (auto or a name), resolved against the GPU and this build's kernels.
+    pub moe_backend: String,
 }
 
 impl Default for CudaOptions {
@@ -39,6 +41,7 @@ impl Default for CudaOptions {
             max_len: 4096,
             max_step_tokens: 512,
             graphs: true,
+            moe_backend: "auto".into(),
         }
     }
 }

@@ -57,6 +57,10 @@ pub struct Args {
     /// tok/s, step-time and latency metrics.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     profile_every: Option<u32>,
+    /// How routed experts run: auto, or a backend (dequant, bf16, fp8, native-fp4, cpu). A
+    /// choice the device or this build cannot run is refused at startup with what would work.
+    #[arg(long, default_value = "auto")]
+    moe_backend: String,
     /// Seconds shutdown waits for in-flight requests before cancelling them.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
@@ -83,6 +87,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             },
             max_model_len: a.max_model_len,
             profile_every: a.profile_every,
+            moe_backend: Some(a.moe_backend),
         },
         host: a.host,
         port: a.port,

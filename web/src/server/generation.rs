@@ -240,6 +240,8 @@ mod tests {
                 max_queue: 4,
             },
             max_model_len: None,
+            profile_every: None,
+            moe_backend: None,
         })
         .unwrap();
         AppState {

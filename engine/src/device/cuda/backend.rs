@@ -50,6 +50,15 @@ impl CudaBackend {
     /// Uploads a loaded model to GPU `opts.ordinal`.
     pub fn new(model: &DeepseekV4, opts: CudaOptions) -> Result<Self> {
         let gpu = Gpu::open(opts.ordinal)?;
+        let (major, minor) = gpu.info.compute_capability;
+        let device = crate::ops::moe::backends::Device::Cuda {
+            major: major as u32,
+            minor: minor as u32,
+        };
+        let choice = crate::ops::moe::backends::Choice::parse(&opts.moe_backend)?;
+        let formats = model.weights.expert_formats();
+        let moe = crate::ops::moe::backends::choose_built(choice, &formats, device)?;
+        tracing::info!(backend = moe.name(), %device, "MoE backend");
         let lim = Limits {
             tokens: opts.max_step_tokens.max(opts.max_batch),
             seqs: opts.max_batch,

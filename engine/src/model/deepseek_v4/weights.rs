@@ -48,6 +48,17 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
 }
 
+impl ModelWeights {
+    /// The storage formats of the routed experts (for the MoE backend choice).
+    pub fn expert_formats(&self) -> std::collections::BTreeSet<crate::quant::Format> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.moe.experts.iter())
+            .flat_map(|e| [e.w1.data.format(), e.w2.data.format(), e.w3.data.format()])
+            .collect()
+    }
+}
+
 struct Loader<'a> {
     ck: &'a Checkpoint,
     cfg: &'a ModelConfig,

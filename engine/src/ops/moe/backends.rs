@@ -173,6 +173,59 @@ impl MoeBackend {
     }
 }
 
+impl MoeBackend {
+    /// Whether this build has kernels for the backend on `d`: the CPU reference on the CPU; on
+    /// CUDA the `dequant` path (FP4/FP8 dequantized to bf16 in registers) and `bf16`. `fp8`
+    /// (W8A8) and `native-fp4` (W4A4) have no kernels yet.
+    pub fn built(self, d: Device) -> bool {
+        match d {
+            Device::Cpu => self == MoeBackend::Cpu,
+            Device::Cuda { .. } => matches!(self, MoeBackend::Dequant | MoeBackend::Bf16),
+        }
+    }
+}
+
+/// Resolves a request among the backends this build has kernels for: `auto` takes the best one
+/// that runs; an explicit choice the hardware could run but this build cannot is refused too,
+/// never rerouted silently.
+pub fn choose_built(
+    choice: Choice,
+    formats: &BTreeSet<Format>,
+    device: Device,
+) -> Result<MoeBackend> {
+    let runs = |b: MoeBackend| b.check(formats, device).is_ok() && b.built(device);
+    let working: Vec<&str> = ALL.iter().filter(|b| runs(**b)).map(|b| b.name()).collect();
+    let fmts: Vec<&str> = formats.iter().map(|f| f.name()).collect();
+    match choice {
+        Choice::Auto => ALL.iter().copied().find(|b| runs(*b)).ok_or_else(|| {
+            EngineError::Device(format!(
+                "no MoE backend of this build runs experts stored as {} on {device}",
+                fmts.join(", ")
+            ))
+        }),
+        Choice::Explicit(b) if runs(b) => Ok(b),
+        Choice::Explicit(b) => {
+            let why = match b.check(formats, device) {
+                Err(why) => why,
+                Ok(()) => format!(
+                    "{device} could run it, but this build has no {} kernels yet",
+                    b.name()
+                ),
+            };
+            Err(EngineError::Device(format!(
+                "MoE backend `{}` cannot run experts stored as {} on {device}: {why}; backends that would work: {}",
+                b.name(),
+                fmts.join(", "),
+                if working.is_empty() {
+                    "none".to_string()
+                } else {
+                    working.join(", ")
+                }
+            )))
+        }
+    }
+}
+
 /// A user's backend request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
@@ -284,6 +337,55 @@ mod tests {
             .to_string(),
             "sm_120"
         );
+    }
+
+    #[test]
+    fn the_built_backends_are_chosen_and_the_others_refused_with_what_works() {
+        let h200 = Device::Cuda { major: 9, minor: 0 };
+        let nv = set(&[Format::Nvfp4]);
+        let fp8 = set(&[Format::Fp8BlockE8m0]);
+        let bf = set(&[Format::Bf16]);
+        assert_eq!(
+            choose_built(Choice::Auto, &nv, h200).unwrap(),
+            MoeBackend::Dequant
+        );
+        assert_eq!(
+            choose_built(Choice::Auto, &fp8, h200).unwrap(),
+            MoeBackend::Dequant
+        );
+        assert_eq!(
+            choose_built(Choice::Auto, &bf, h200).unwrap(),
+            MoeBackend::Bf16
+        );
+        assert_eq!(
+            choose_built(Choice::Auto, &nv, Device::Cpu).unwrap(),
+            MoeBackend::Cpu
+        );
+        // native-fp4 on sm_90: the hardware has no FP4 tensor cores.
+        let e = choose_built(Choice::Explicit(MoeBackend::NativeFp4), &nv, h200)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("native-fp4") && e.contains("sm_100") && e.contains("would work: dequant"),
+            "{e}"
+        );
+        // fp8 on sm_90: the GPU could, this build cannot; never rerouted.
+        let e = choose_built(Choice::Explicit(MoeBackend::Fp8), &fp8, h200)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no fp8 kernels yet") && e.contains("would work: dequant"),
+            "{e}"
+        );
+        assert_eq!(
+            choose_built(Choice::Explicit(MoeBackend::Dequant), &fp8, h200).unwrap(),
+            MoeBackend::Dequant
+        );
+        // bf16 cannot take FP4 experts.
+        let e = choose_built(Choice::Explicit(MoeBackend::Bf16), &nv, h200)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("takes BF16"), "{e}");
     }
 
     #[test]

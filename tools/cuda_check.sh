@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# CI's CUDA checks on a machine without a GPU: lints and builds the `cuda` feature (cudarc loads
+# CUDA dynamically, so nothing CUDA is needed to build), builds the GPU test binary, and compiles
+# every kernel module with NVRTC for sm_90 (NVRTC 13.0 from PyPI, the GPU machine's version).
+# The GPU tests themselves run on the GPU machine (tools/gpu/run.sh); here they report a skip,
+# except the NVRTC compile check, which AMDAHL_REQUIRE_NVRTC=1 makes mandatory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/nvrtc-venv
+if ! find "$venv" -name 'libnvrtc.so.13' 2>/dev/null | grep -q .; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 120 nvidia-cuda-nvrtc==13.0.88
+fi
+lib=$(dirname "$(find "$venv" -name 'libnvrtc.so.13' | head -n 1)")
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cargo clippy -p amdahl-engine -p amdahl --all-targets --features amdahl/cuda -- -D warnings
+cargo build -p amdahl --features cuda
+AMDAHL_REQUIRE_NVRTC=1 AMDAHL_KERNEL_CACHE="$PWD/target/kernel-cache" \
+  cargo test -p amdahl-engine --features cuda device::cuda
+# The binary's own compile path too (fills the cache a GPU machine can reuse).
+target/debug/amdahl kernels --arch 90 --cache target/kernel-cache
