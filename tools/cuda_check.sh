@@ -11,7 +11,7 @@ if ! find "$venv" -name 'libnvrtc.so.13' 2>/dev/null | grep -q .; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 120 nvidia-cuda-nvrtc==13.0.88
 fi
-lib=$(dirname "$(find "$venv" -name 'libnvrtc.so.13' | head -n 1)")
+lib=$(cd "$(dirname "$(find "$venv" -name libnvrtc.so.13 | head -n 1)")" && pwd)
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo clippy -p amdahl-engine -p amdahl --all-targets --features amdahl/cuda -- -D warnings
 cargo build -p amdahl --features cuda

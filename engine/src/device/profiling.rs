@@ -88,3 +88,116 @@ pub struct ProfileReport {
     pub weight_bytes: u64,
     pub batches: Vec<BatchProfile>,
 }
+
+/// What `amdahl profile --device cpu --model DIR` measures.
+#[derive(Debug, Clone)]
+pub struct CpuProfileOptions {
+    pub batches: Vec<usize>,
+    /// Random tokens prefilled into every sequence before the timed decode steps.
+    pub ctx: usize,
+    pub steps: usize,
+    pub seed: u64,
+}
+
+/// Decode steps of a real model on the CPU reference backend, timed per stage with the wall
+/// clock and charged with the forward pass's analytic bytes and FLOPs, against the CPU's measured
+/// copy bandwidth and linear-layer FLOP rate. Same report as the GPU profiler.
+pub fn profile_cpu(
+    model: &crate::model::deepseek_v4::DeepseekV4,
+    o: &CpuProfileOptions,
+) -> crate::Result<ProfileReport> {
+    use crate::model::deepseek_v4::{LogitRows, SeqInput};
+    use crate::profile::Stage;
+    let peaks = crate::profile::peaks::measure_cpu_peaks();
+    let c = &model.cfg;
+    if o.ctx + o.steps + 1 > c.max_position_embeddings {
+        return Err(crate::EngineError::InvalidInput(format!(
+            "--ctx {} + {} steps exceeds the model's {} positions",
+            o.ctx, o.steps, c.max_position_embeddings
+        )));
+    }
+    let mut rng = crate::rng::Rng::new(o.seed);
+    let mut batches = Vec::new();
+    for &b in &o.batches {
+        let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
+        let mut next: Vec<Vec<u32>> = (0..b)
+            .map(|_| {
+                (0..o.ctx.max(1))
+                    .map(|_| rng.below(c.vocab_size) as u32)
+                    .collect()
+            })
+            .collect();
+        // Prefill (not timed), then decode steps.
+        let mut items: Vec<SeqInput<'_>> = states
+            .iter_mut()
+            .zip(&next)
+            .map(|(st, t)| SeqInput {
+                tokens: t,
+                state: st,
+                logits: LogitRows::Last,
+            })
+            .collect();
+        model.forward(&mut items, &mut StageClock::disabled())?;
+        drop(items);
+        let mut total = StageClock::default();
+        let t0 = std::time::Instant::now();
+        for _ in 0..o.steps {
+            next = (0..b)
+                .map(|_| vec![rng.below(c.vocab_size) as u32])
+                .collect();
+            let mut clock = StageClock::default();
+            let mut items: Vec<SeqInput<'_>> = states
+                .iter_mut()
+                .zip(&next)
+                .map(|(st, t)| SeqInput {
+                    tokens: t,
+                    state: st,
+                    logits: LogitRows::Last,
+                })
+                .collect();
+            model.forward(&mut items, &mut clock)?;
+            total.merge(&clock);
+        }
+        let wall = t0.elapsed().as_secs_f64() / o.steps.max(1) as f64;
+        let n = o.steps.max(1) as u64;
+        let mut per_step = StageClock::default();
+        for s in Stage::ALL {
+            per_step.add_measured(s, total.get(s) / n as u32);
+            per_step.charge(s, total.bytes(s) / n, total.flops(s) / n);
+        }
+        batches.push(BatchProfile {
+            batch: b,
+            step_seconds: wall,
+            timed_step_seconds: wall,
+            eager_step_seconds: wall,
+            host_seconds: 0.0,
+            eager_clock: per_step.clone(),
+            clock: per_step,
+            launches: [0; 8],
+            blocks: [0; 8],
+            max_blocks: [0; 8],
+            experts_touched: 0.0,
+        });
+    }
+    Ok(ProfileReport {
+        device: DeviceFacts {
+            label: "cpu".into(),
+            name: format!("CPU ({} threads)", rayon::current_num_threads()),
+            compute_capability: (0, 0),
+            sms: 0,
+            total_mem: 0,
+        },
+        peaks,
+        layers: c.num_layers,
+        ctx: o.ctx,
+        expert_format: model
+            .weights
+            .expert_formats()
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join("+"),
+        weight_bytes: 0,
+        batches,
+    })
+}

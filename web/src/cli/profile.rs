@@ -16,6 +16,10 @@ pub struct Args {
     /// Dummy model to build on the device (random weights, real widths): `v4-flash`.
     #[arg(long, default_value = "v4-flash")]
     dummy: String,
+    /// Profile this model folder on the CPU instead (`--device cpu`; default: the embedded
+    /// model when `--device cpu` is given without it).
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Layers of the model (V4-Flash has 43; 4 fit in seconds).
     #[arg(long, default_value_t = 4)]
     layers: usize,
@@ -42,6 +46,35 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.device == "cpu" {
+        let dir = super::model_dir(a.model.clone())?;
+        let model = amdahl_engine::model::deepseek_v4::DeepseekV4::load(&dir)
+            .with_context(|| format!("loading {}", dir.display()))?;
+        eprintln!(
+            "profile: {} on the CPU, context {} tokens, {} decode steps per batch size…",
+            dir.display(),
+            a.ctx,
+            a.steps
+        );
+        let o = amdahl_engine::device::profiling::CpuProfileOptions {
+            batches: a.batch.clone(),
+            ctx: a.ctx,
+            steps: a.steps.max(1),
+            seed: a.seed,
+        };
+        let rep = amdahl_engine::device::profiling::profile_cpu(&model, &o)?;
+        print!("{}", render(&rep));
+        if let Some(p) = &a.json {
+            std::fs::write(p, serde_json::to_string_pretty(&to_json(&rep))?)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        return Ok(());
+    }
+    if a.model.is_some() {
+        bail!(
+            "--model is profiled on the CPU (--device cpu); on a GPU this build profiles the dummy V4-Flash"
+        );
+    }
     if a.dummy != "v4-flash" {
         bail!("--dummy {}: the dummy model available is v4-flash", a.dummy);
     }
@@ -84,42 +117,69 @@ fn gb(x: f64) -> f64 {
 pub fn render(r: &ProfileReport) -> String {
     let mut s = String::new();
     let d = &r.device;
-    s += &format!(
-        "device {} ({}, sm_{}{}, {} SMs, {:.0} GiB); copy bandwidth {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s (measured)\n",
-        d.label,
-        d.name,
-        d.compute_capability.0,
-        d.compute_capability.1,
-        d.sms,
-        d.total_mem as f64 / (1u64 << 30) as f64,
-        gb(r.peaks.bandwidth),
-        r.peaks.flops / 1e12
-    );
-    s += &format!(
-        "model: dummy DeepSeek-V4-Flash widths, {} layers, routed experts {}, {:.2} GB of weights; context {} tokens\n",
-        r.layers,
-        r.expert_format,
-        gb(r.weight_bytes as f64),
-        r.ctx
-    );
+    if d.sms == 0 {
+        s += &format!(
+            "device {} ({}); copy bandwidth {:.1} GB/s, linear {:.1} GFLOP/s f32 (measured)\n",
+            d.label,
+            d.name,
+            gb(r.peaks.bandwidth),
+            r.peaks.flops / 1e9
+        );
+    } else {
+        s += &format!(
+            "device {} ({}, sm_{}{}, {} SMs, {:.0} GiB); copy bandwidth {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s (measured)\n",
+            d.label,
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            d.sms,
+            d.total_mem as f64 / (1u64 << 30) as f64,
+            gb(r.peaks.bandwidth),
+            r.peaks.flops / 1e12
+        );
+    }
+    if d.sms == 0 {
+        s += &format!(
+            "model: {} layers, routed experts {}; context {} tokens (random)\n",
+            r.layers, r.expert_format, r.ctx
+        );
+    } else {
+        s += &format!(
+            "model: dummy DeepSeek-V4-Flash widths, {} layers, routed experts {}, {:.2} GB of weights; context {} tokens\n",
+            r.layers,
+            r.expert_format,
+            gb(r.weight_bytes as f64),
+            r.ctx
+        );
+    }
     for b in &r.batches {
         let per_layer =
             (b.step_seconds - b.clock.get(Stage::Head).as_secs_f64()).max(0.0) / r.layers as f64;
-        s += &format!(
-            "\nbatch {}: step {:.3} ms (graph), {:.3} ms per layer, {:.0} tok/s for these layers; eager {:.3} ms; \
+        if d.sms == 0 {
+            s += &format!(
+                "\nbatch {}: step {:.3} ms, {:.3} ms per layer, {:.0} tok/s (wall clock per stage)\n",
+                b.batch,
+                b.step_seconds * 1e3,
+                per_layer * 1e3,
+                b.batch as f64 / b.step_seconds
+            );
+        } else {
+            s += &format!(
+                "\nbatch {}: step {:.3} ms (graph), {:.3} ms per layer, {:.0} tok/s for these layers; eager {:.3} ms; \
              timed replay {:.3} ms (profiling overhead {:+.1}%); host {:.3} ms per step ({:.1}% of GPU time); \
-             {:.1} routed experts touched per MoE layer\n",
-            b.batch,
-            b.step_seconds * 1e3,
-            per_layer * 1e3,
-            b.batch as f64 / b.step_seconds,
-            b.eager_step_seconds * 1e3,
-            b.timed_step_seconds * 1e3,
-            100.0 * (b.timed_step_seconds / b.step_seconds - 1.0),
-            b.host_seconds * 1e3,
-            100.0 * b.host_seconds / b.step_seconds,
-            b.experts_touched
-        );
+             {:.1} routed experts touched per MoE layer (GPU)\n",
+                b.batch,
+                b.step_seconds * 1e3,
+                per_layer * 1e3,
+                b.batch as f64 / b.step_seconds,
+                b.eager_step_seconds * 1e3,
+                b.timed_step_seconds * 1e3,
+                100.0 * (b.timed_step_seconds / b.step_seconds - 1.0),
+                b.host_seconds * 1e3,
+                100.0 * b.host_seconds / b.step_seconds,
+                b.experts_touched
+            );
+        }
         let rep = Report::build(&b.clock, b.timed_step_seconds, Some(r.peaks));
         s += &format!(
             "{:<10} {:>10} {:>9} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12}\n",
