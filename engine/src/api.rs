@@ -205,6 +205,8 @@ pub struct EngineConfig {
     pub profile_every: Option<u32>,
     /// `--moe-backend`: auto or a backend name (ops::moe::backends); None = auto.
     pub moe_backend: Option<String>,
+    /// Expert-parallel device workers on the CPU (`--workers N`, collectives in memory); None = 1.
+    pub workers: Option<usize>,
 }
 
 /// Load and queue counts, for /health, /metrics and tests.

@@ -14,6 +14,7 @@ pub mod kv_cache;
 pub mod metrics;
 pub mod model;
 pub mod ops;
+pub mod parallel;
 pub mod profile;
 pub mod quant;
 pub mod rng;

@@ -95,9 +95,10 @@ pub struct Coordinator {
     sched: Scheduler,
     info: ModelInfo,
     live: HashMap<SeqId, Live>,
-    worker: Addr<DeviceWorker>,
-    /// Keeps the worker's thread alive as long as the coordinator lives.
-    arbiter: Arbiter,
+    /// One per device (expert-parallel ranks); every step goes to all, rank 0's output drives.
+    workers: Vec<Addr<DeviceWorker>>,
+    /// Keep the workers' threads alive as long as the coordinator lives.
+    arbiters: Vec<Arbiter>,
     telemetry: Addr<Telemetry>,
     next_seq: SeqId,
     seeds: Rng,
@@ -118,8 +119,8 @@ impl Coordinator {
     pub(crate) fn new(
         cfg: SchedulerConfig,
         info: ModelInfo,
-        worker: Addr<DeviceWorker>,
-        arbiter: Arbiter,
+        workers: Vec<Addr<DeviceWorker>>,
+        arbiters: Vec<Arbiter>,
         telemetry: Addr<Telemetry>,
         profile_every: u32,
     ) -> Self {
@@ -131,8 +132,8 @@ impl Coordinator {
             sched: Scheduler::new(cfg),
             info,
             live: HashMap::new(),
-            worker,
-            arbiter,
+            workers,
+            arbiters,
             telemetry,
             next_seq: 1,
             seeds: Rng::new(entropy ^ u64::from(std::process::id())),
@@ -395,15 +396,30 @@ impl Coordinator {
         let profiled = step.profile;
         self.publish_gauges();
         self.stepping = true;
-        let fut = self.worker.send(step);
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+        // The same step to every worker (ranks 1.. first); all must succeed, rank 0's output is
+        // applied.
+        let sends: Vec<_> = self.workers.iter().map(|w| w.send(step.clone())).collect();
+        let fut = futures_util::future::join_all(sends);
+        ctx.spawn(fut.into_actor(self).map(move |results, act, ctx| {
             act.stepping = false;
-            match res {
-                Ok(Ok(out)) => act.apply(&plan, out, profiled),
-                Ok(Err(e)) => act.fail_step(&plan, &e.to_string()),
-                Err(_) => {
-                    act.dead = true;
-                    act.fail_step(&plan, "the device worker stopped");
+            let mut outs = Vec::with_capacity(results.len());
+            let mut failure = None;
+            for r in results {
+                match r {
+                    Ok(Ok(out)) => outs.push(out),
+                    Ok(Err(e)) => failure = failure.or(Some(e.to_string())),
+                    Err(_) => {
+                        act.dead = true;
+                        failure = failure.or(Some("the device worker stopped".to_string()));
+                    }
+                }
+            }
+            match failure {
+                Some(msg) => act.fail_step(&plan, &msg),
+                None => {
+                    if let Some(out) = outs.into_iter().next() {
+                        act.apply(&plan, out, profiled);
+                    }
                 }
             }
             act.maybe_step(ctx);
@@ -495,7 +511,9 @@ impl Actor for Coordinator {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        self.arbiter.stop();
+        for a in &self.arbiters {
+            a.stop();
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use crate::device::{CudaBackend, CudaOptions};
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::model::deepseek_v4::DeepseekV4;
+use crate::parallel::{Collective, InMemoryComm, Shard};
 use coordinator::Coordinator;
 use telemetry::Telemetry;
 use worker::{Backend, CpuBackend, DeviceWorker};
@@ -59,7 +60,8 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
         .with_label_values(&[env!("CARGO_PKG_VERSION"), &info.name, &info.device])
         .set(1);
     let moe_choice = cfg.moe_backend.clone().unwrap_or_else(|| "auto".into());
-    let backend: Box<dyn Backend> = match cfg.device {
+    let workers = cfg.workers.unwrap_or(1).max(1);
+    let backends: Vec<Box<dyn Backend>> = match cfg.device {
         DeviceSpec::Cpu => {
             let choice = crate::ops::moe::backends::Choice::parse(&moe_choice)?;
             let formats = model.weights.expert_formats();
@@ -68,9 +70,32 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
                 &formats,
                 crate::ops::moe::backends::Device::Cpu,
             )?;
-            Box::new(CpuBackend::new(model))
+            if workers == 1 {
+                vec![Box::new(CpuBackend::new(model))]
+            } else {
+                // Expert parallel: every worker gets the model and keeps its 1/N of the experts.
+                // Ranks 1.. load their own copy (each then drops the experts it does not own).
+                let comm: Arc<dyn Collective> = Arc::new(InMemoryComm::new(workers));
+                let mut v: Vec<Box<dyn Backend>> = Vec::with_capacity(workers);
+                let mut first = Some(model);
+                for r in 0..workers {
+                    let m = match first.take() {
+                        Some(m) => m,
+                        None => DeepseekV4::load(&cfg.model_dir)?,
+                    };
+                    let ep = Some((Shard::new(r, workers), comm.clone()));
+                    v.push(Box::new(CpuBackend::sharded(m, ep)));
+                }
+                v
+            }
         }
         DeviceSpec::Cuda(ordinal) => {
+            if workers > 1 {
+                return Err(crate::EngineError::Device(format!(
+                    "--workers {workers} on cuda:{ordinal}: expert parallelism over several GPUs \
+                     (NCCL) is not built yet; run one GPU, or --device cpu --workers {workers}"
+                )));
+            }
             let opts = CudaOptions {
                 ordinal,
                 max_batch: cfg.scheduler.max_seqs,
@@ -80,23 +105,30 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
                 ..CudaOptions::default()
             };
             // The CPU copy of the weights is dropped once they are on the device.
-            Box::new(CudaBackend::new(&model, opts)?)
+            vec![Box::new(CudaBackend::new(&model, opts)?)]
         }
     };
     let profile_every = cfg
         .profile_every
-        .unwrap_or_else(|| backend.default_profile_every())
+        .unwrap_or_else(|| backends[0].default_profile_every())
         .max(1);
     let telemetry = Telemetry::new(metrics.clone(), info.name.clone(), profile_every).start();
-    let arbiter = Arbiter::new();
-    let t = telemetry.clone();
-    let worker =
-        DeviceWorker::start_in_arbiter(&arbiter.handle(), move |_| DeviceWorker::new(backend, t));
+    let mut arbiters = Vec::with_capacity(backends.len());
+    let mut addrs = Vec::with_capacity(backends.len());
+    for backend in backends {
+        let arbiter = Arbiter::new();
+        let t = telemetry.clone();
+        addrs.push(DeviceWorker::start_in_arbiter(
+            &arbiter.handle(),
+            move |_| DeviceWorker::new(backend, t),
+        ));
+        arbiters.push(arbiter);
+    }
     let coord = Coordinator::new(
         cfg.scheduler,
         info.clone(),
-        worker,
-        arbiter,
+        addrs,
+        arbiters,
         telemetry.clone(),
         profile_every,
     )

@@ -19,6 +19,16 @@ pub(crate) fn start(
     max_step_tokens: usize,
     max_queue: usize,
 ) -> EngineHandle {
+    start_with(dir, max_seqs, max_step_tokens, max_queue, 1)
+}
+
+fn start_with(
+    dir: &Path,
+    max_seqs: usize,
+    max_step_tokens: usize,
+    max_queue: usize,
+    workers: usize,
+) -> EngineHandle {
     EngineHandle::start(EngineConfig {
         model_dir: dir.to_path_buf(),
         model_name: Some("tiny".into()),
@@ -31,6 +41,7 @@ pub(crate) fn start(
         max_model_len: None,
         profile_every: None,
         moe_backend: None,
+        workers: Some(workers),
     })
     .unwrap()
 }
@@ -190,4 +201,40 @@ async fn dropped_receivers_free_slots_and_the_queue_is_bounded() {
         h.submit(req(vec![5], greedy(3))).await,
         Err(crate::EngineError::Draining)
     ));
+}
+
+/// Expert-parallel CPU workers (2 and 4, collectives in memory) behind the real actors stream the
+/// single-worker greedy tokens, with chunked prefill mixed into decode.
+#[actix_rt::test]
+async fn expert_parallel_workers_stream_the_single_worker_tokens() {
+    let dir = model_dir();
+    let model = DeepseekV4::load(dir.path()).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..6u32)
+        .map(|i| {
+            (0..(4 + i * 3))
+                .map(|j| 5 + (i * 11 + j * 7) % 250)
+                .collect()
+        })
+        .collect();
+    for workers in [2usize, 4] {
+        let h = start_with(dir.path(), 4, 9, 64, workers);
+        let mut subs = Vec::new();
+        for p in &prompts {
+            subs.push(h.submit(req(p.clone(), greedy(10))).await.unwrap());
+        }
+        let outs = futures_join(subs).await;
+        for (p, (toks, fin)) in prompts.iter().zip(outs) {
+            assert_eq!(
+                fin.reason,
+                FinishReason::Length,
+                "{workers} workers: {:?}",
+                fin.error
+            );
+            assert_eq!(
+                toks,
+                model.generate_greedy(p, 10).unwrap(),
+                "{workers} workers, prompt {p:?}"
+            );
+        }
+    }
 }

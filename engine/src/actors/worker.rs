@@ -7,6 +7,7 @@
 //! on the device's own thread) and hands them to telemetry for the roofline.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::sync::OnceLock;
@@ -18,6 +19,7 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::SeqState;
 use crate::model::deepseek_v4::{DeepseekV4, LogitRows, SeqInput};
 use crate::ops::sampling::{SamplerParams, sample};
+use crate::parallel::{Collective, Ep, Shard};
 use crate::profile::occupancy::Occupancy;
 use crate::profile::report::Peaks;
 use crate::profile::{StageClock, peaks, timer_read_cost};
@@ -46,7 +48,7 @@ pub struct SampleSpec {
 }
 
 /// A step: free finished sequences first, then run the items.
-#[derive(Debug, Message)]
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<StepOutput>")]
 pub struct RunStep {
     pub free: Vec<SeqId>,
@@ -107,11 +109,29 @@ pub struct CpuBackend {
     seqs: HashMap<SeqId, CpuSeq>,
     /// What one timer read costs here: the instrumentation estimate per stage mark.
     mark_cost: Duration,
+    /// Expert-parallel rank and the collective shared with the other CPU workers.
+    ep: Option<(Shard, Arc<dyn Collective>)>,
+    label: String,
 }
 
 impl CpuBackend {
     pub fn new(model: DeepseekV4) -> Self {
+        Self::sharded(model, None)
+    }
+
+    /// One of several expert-parallel CPU workers: keeps only its experts and all-reduces each
+    /// MoE layer's shares with the others through `ep`'s collective.
+    pub fn sharded(mut model: DeepseekV4, ep: Option<(Shard, Arc<dyn Collective>)>) -> Self {
+        let label = match &ep {
+            Some((s, _)) if s.world > 1 && s.rank > 0 => format!("cpu/{}", s.rank),
+            _ => "cpu".to_string(),
+        };
+        if let Some((s, _)) = &ep {
+            model.retain_experts(*s);
+        }
         Self {
+            ep,
+            label,
             model,
             seqs: HashMap::new(),
             mark_cost: timer_read_cost(),
@@ -121,7 +141,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     fn device(&self) -> &str {
-        "cpu"
+        &self.label
     }
 
     fn peaks(&mut self) -> Peaks {
@@ -172,7 +192,11 @@ impl Backend for CpuBackend {
                     },
                 })
                 .collect();
-            self.model.forward(&mut batch, &mut clock)
+            let ep = self.ep.as_ref().map(|(shard, comm)| Ep {
+                shard: *shard,
+                comm: comm.as_ref(),
+            });
+            self.model.forward_ep(&mut batch, &mut clock, ep)
         };
         let logits = match logits {
             Ok(l) => l,

@@ -61,6 +61,10 @@ pub struct Args {
     /// choice the device or this build cannot run is refused at startup with what would work.
     #[arg(long, default_value = "auto")]
     moe_backend: String,
+    /// Expert-parallel device workers: on the CPU, N workers on their own threads, each holding
+    /// 1/N of the routed experts, with in-memory all-reduces (several GPUs: not built yet).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
     /// Seconds shutdown waits for in-flight requests before cancelling them.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
@@ -88,6 +92,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             max_model_len: a.max_model_len,
             profile_every: a.profile_every,
             moe_backend: Some(a.moe_backend),
+            workers: Some(a.workers.max(1)),
         },
         host: a.host,
         port: a.port,

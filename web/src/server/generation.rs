@@ -242,6 +242,7 @@ mod tests {
             max_model_len: None,
             profile_every: None,
             moe_backend: None,
+            workers: None,
         })
         .unwrap();
         AppState {

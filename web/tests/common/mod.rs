@@ -62,6 +62,7 @@ pub fn serve(dir: &Path, o: Opts) -> Server {
             max_model_len: o.max_model_len,
             profile_every: o.profile_every,
             moe_backend: None,
+            workers: None,
         },
         host: "127.0.0.1".into(),
         port: 0,

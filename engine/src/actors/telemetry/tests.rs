@@ -20,6 +20,7 @@ fn start(dir: &std::path::Path, profile_every: Option<u32>) -> EngineHandle {
         max_model_len: None,
         profile_every,
         moe_backend: None,
+        workers: None,
     })
     .unwrap()
 }

@@ -21,6 +21,7 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::{LayerCache, SeqState};
 use crate::ops::norm::rms_norm_rows;
 use crate::ops::rope::RopeTable;
+use crate::parallel::{Ep, Shard};
 use crate::profile::{Stage, StageClock};
 use crate::tensor::Mat;
 use attention::SeqSpan;
@@ -79,6 +80,20 @@ impl DeepseekV4 {
         })
     }
 
+    /// Keeps only the routed experts `shard` owns (the others become empty placeholders, so an
+    /// expert-parallel worker holds 1/N of the expert weights).
+    pub fn retain_experts(&mut self, shard: Shard) {
+        for l in &mut self.weights.layers {
+            for (e, ex) in l.moe.experts.iter_mut().enumerate() {
+                if !shard.owns(e) {
+                    for w in [&mut ex.w1, &mut ex.w2, &mut ex.w3] {
+                        w.data = crate::ops::linear::WeightData::F32(Vec::new());
+                    }
+                }
+            }
+        }
+    }
+
     /// A fresh, empty state for a new sequence.
     pub fn new_state(&self) -> SeqState {
         let c = &self.cfg;
@@ -97,6 +112,19 @@ impl DeepseekV4 {
     /// Runs one step over every sequence's next tokens. Returns, per sequence, the logits rows
     /// it asked for (`[0|1|n, vocab]`).
     pub fn forward(&self, batch: &mut [SeqInput<'_>], clock: &mut StageClock) -> Result<Vec<Mat>> {
+        self.forward_ep(batch, clock, None)
+    }
+
+    /// [`forward`](Self::forward) as one of several expert-parallel workers: each MoE layer
+    /// computes this worker's experts and all-reduces the shares (charged to the `comm` stage
+    /// with the bytes each rank sends and receives). Every worker returns the same logits.
+    pub fn forward_ep(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        clock: &mut StageClock,
+        ep: Option<Ep<'_>>,
+    ) -> Result<Vec<Mat>> {
+        let shard = ep.map_or(Shard::SOLE, |e| e.shard);
         let c = &self.cfg;
         let (d, hc) = (c.hidden_size, c.hc_mult);
         let mut tokens: Vec<u32> = Vec::new();
@@ -158,8 +186,21 @@ impl DeepseekV4 {
             let (mix, mut v) = clock.time(Stage::Mhc, || lw.hc_ffn.pre(&x));
             let t0 = std::time::Instant::now();
             rms_norm_rows(&mut v.data, &lw.ffn_norm, c.rms_norm_eps);
-            let m = lw.moe.forward(&v, &tokens, clock)?;
+            let mut m = lw.moe.forward_shard(&v, &tokens, clock, shard)?;
             clock.add(Stage::Moe, t0.elapsed());
+            if let Some(ep) = ep.filter(|e| e.comm.world() > 1) {
+                clock.time(Stage::Comm, || {
+                    ep.comm.all_reduce_sum(ep.shard.rank, &mut m.data)
+                });
+                // Ring all-reduce traffic per rank: 2·(N−1)/N of the buffer, sent and received.
+                let n = ep.comm.world() as u64;
+                let bytes = 4 * m.data.len() as u64;
+                clock.charge(
+                    Stage::Comm,
+                    2 * 2 * (n - 1) * bytes / n,
+                    m.data.len() as u64,
+                );
+            }
             clock.time(Stage::Mhc, || lw.hc_ffn.post(&mix, &mut x, &m));
         }
 

@@ -12,6 +12,7 @@ pub use router::{Router, Routing, Selection};
 use rayon::prelude::*;
 
 use crate::error::Result;
+use crate::parallel::Shard;
 use crate::profile::{Stage, StageClock};
 use crate::tensor::{Mat, axpy};
 
@@ -27,6 +28,19 @@ impl MoeBlock {
     /// `x [T, D]` with the token ids of its rows (hash routing needs them) → `[T, D]`, charging
     /// the work to the `moe` stage: router, every distinct expert hit once, the shared expert.
     pub fn forward(&self, x: &Mat, tokens: &[u32], clock: &mut StageClock) -> Result<Mat> {
+        self.forward_shard(x, tokens, clock, Shard::SOLE)
+    }
+
+    /// This worker's share of the layer under expert parallelism: the routed experts it owns
+    /// (and the shared expert on the rank that adds it); the shares of all ranks sum to
+    /// [`forward`](Self::forward)'s output. Routing is computed in full everywhere.
+    pub fn forward_shard(
+        &self,
+        x: &Mat,
+        tokens: &[u32],
+        clock: &mut StageClock,
+        shard: Shard,
+    ) -> Result<Mat> {
         let mut work = self.router.weight.work(x.rows);
         let routing = self.router.route(x, tokens)?;
         let k = self.router.top_k;
@@ -38,7 +52,11 @@ impl MoeBlock {
                 assigned[e].push((t, routing.weights[t * k + j]));
             }
         }
-        for (e, a) in assigned.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
+        for (e, a) in assigned
+            .iter()
+            .enumerate()
+            .filter(|(e, a)| !a.is_empty() && shard.owns(*e))
+        {
             let ex = &self.experts[e];
             for lin in [&ex.w1, &ex.w3, &ex.w2] {
                 let (b, f) = lin.work(a.len());
@@ -48,7 +66,7 @@ impl MoeBlock {
         let partial: Vec<(usize, Mat)> = assigned
             .par_iter()
             .enumerate()
-            .filter(|(_, a)| !a.is_empty())
+            .filter(|(e, a)| !a.is_empty() && shard.owns(*e))
             .map(|(e, a)| {
                 let rows: Vec<usize> = a.iter().map(|(t, _)| *t).collect();
                 (e, self.experts[e].forward(&x.gather_rows(&rows)))
@@ -61,7 +79,7 @@ impl MoeBlock {
                 axpy(out.row_mut(*t), *w, y.row(i));
             }
         }
-        if let Some(shared) = &self.shared {
+        if let Some(shared) = self.shared.as_ref().filter(|_| shard.adds_shared()) {
             for lin in [&shared.w1, &shared.w3, &shared.w2] {
                 let (b, f) = lin.work(x.rows);
                 work = (work.0 + b, work.1 + f);

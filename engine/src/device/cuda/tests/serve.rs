@@ -20,6 +20,7 @@ fn start(dir: &Path, device: DeviceSpec) -> EngineHandle {
         max_model_len: Some(128),
         profile_every: Some(4),
         moe_backend: None,
+        workers: None,
     })
     .unwrap()
 }
