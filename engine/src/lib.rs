@@ -8,6 +8,7 @@ pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
 pub mod detok;
+pub mod device;
 pub mod error;
 pub mod kv_cache;
 pub mod metrics;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Arbiter};
 
 use crate::api::{DeviceSpec, EngineConfig, ModelInfo};
-use crate::error::{EngineError, Result};
+use crate::device::{CudaBackend, CudaOptions};
+use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::model::deepseek_v4::DeepseekV4;
 use coordinator::Coordinator;
@@ -29,10 +30,7 @@ pub(crate) struct Started {
 
 /// Loads the model and starts the three actors. Must run inside an actix `System`.
 pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
-    let model = match cfg.device {
-        DeviceSpec::Cpu => DeepseekV4::load(&cfg.model_dir)?,
-        DeviceSpec::Cuda(_) => return Err(EngineError::CudaNotCompiled),
-    };
+    let model = DeepseekV4::load(&cfg.model_dir)?;
     let c = &model.cfg;
     let max_model_len = cfg
         .max_model_len
@@ -50,14 +48,30 @@ pub(crate) fn start(cfg: EngineConfig) -> Result<Started> {
         max_model_len,
         vocab_size: c.vocab_size,
         eos_token_ids: c.eos_token_ids.clone(),
-        device: "cpu".into(),
+        device: match cfg.device {
+            DeviceSpec::Cpu => "cpu".into(),
+            DeviceSpec::Cuda(n) => format!("cuda:{n}"),
+        },
     };
     let metrics = Arc::new(Metrics::new(max_model_len as u64)?);
     metrics
         .build_info
         .with_label_values(&[env!("CARGO_PKG_VERSION"), &info.name, &info.device])
         .set(1);
-    let backend: Box<dyn Backend> = Box::new(CpuBackend::new(model));
+    let backend: Box<dyn Backend> = match cfg.device {
+        DeviceSpec::Cpu => Box::new(CpuBackend::new(model)),
+        DeviceSpec::Cuda(ordinal) => {
+            let opts = CudaOptions {
+                ordinal,
+                max_batch: cfg.scheduler.max_seqs,
+                max_len: max_model_len,
+                max_step_tokens: cfg.scheduler.max_step_tokens,
+                ..CudaOptions::default()
+            };
+            // The CPU copy of the weights is dropped once they are on the device.
+            Box::new(CudaBackend::new(&model, opts)?)
+        }
+    };
     let profile_every = cfg
         .profile_every
         .unwrap_or_else(|| backend.default_profile_every())

@@ -21,6 +21,9 @@ pub struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 16)]
     max_tokens: usize,
+    /// Device: cpu or cuda:N (a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -40,7 +43,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         (None, None) => bail!("give --prompt-ids 1,2,3 or --prompt TEXT"),
     };
     let model = DeepseekV4::load(&dir).with_context(|| format!("loading {}", dir.display()))?;
-    let ids = model.generate_greedy(&prompt, a.max_tokens)?;
+    let ids = match super::cuda_ordinal(&a.device)? {
+        None => model.generate_greedy(&prompt, a.max_tokens)?,
+        Some(ordinal) => {
+            let max_len = (prompt.len() + a.max_tokens + 1).min(model.cfg.max_position_embeddings);
+            let gpu = amdahl_engine::device::GpuRunner::new(&model, ordinal, 1, max_len, 256)?;
+            gpu.generate_greedy(&prompt, a.max_tokens, &model.cfg.eos_token_ids)?
+        }
+    };
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     println!("ids: {}", list.join(","));
     if let Some(tok) = &tok {

@@ -39,6 +39,9 @@ pub struct Args {
     /// Chunk length for --mode chunked.
     #[arg(long, default_value_t = 16)]
     chunk: usize,
+    /// Device: cpu or cuda:N (a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 fn read_ids(path: &PathBuf) -> anyhow::Result<(usize, usize, Vec<u32>)> {
@@ -97,8 +100,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .collect()
         }
     };
-    let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
     let mut logits = vec![0f32; b * s * v];
+    if let Some(ordinal) = super::cuda_ordinal(&a.device)? {
+        let seqs: Vec<Vec<u32>> = ids.chunks(s).map(<[u32]>::to_vec).collect();
+        let chunk = steps.iter().map(|(lo, hi)| hi - lo).max().unwrap_or(1);
+        let gpu = amdahl_engine::device::GpuRunner::new(&model, ordinal, b, s, chunk)?;
+        for (i, l) in gpu.logits(&seqs, &steps)?.into_iter().enumerate() {
+            logits[i * s * v..(i + 1) * s * v].copy_from_slice(&l);
+        }
+        let t = OwnedTensor::f32("logits", &[b, s, v], &logits);
+        safetensors::write_file(&a.output, &[t], &BTreeMap::new())?;
+        return Ok(());
+    }
+    let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
     let mut clock = StageClock::default();
     for (lo, hi) in steps {
         let mut batch: Vec<SeqInput<'_>> = states

@@ -5,7 +5,9 @@ mod bench;
 mod eval_arith;
 mod generate;
 mod info;
+mod kernels;
 mod logits;
+mod profile;
 mod quantize;
 mod serve;
 
@@ -47,6 +49,11 @@ pub enum Command {
     Info(info::Args),
     /// Exact-match accuracy of an arithmetic model (models/arith) through the engine, per op.
     EvalArith(eval_arith::Args),
+    /// Profile decode of a dummy-weight DeepSeek-V4-Flash on a GPU: per-stage time, bytes,
+    /// bandwidth against the measured roofline, launch sizes, Amdahl projections.
+    Profile(profile::Args),
+    /// Compile every CUDA kernel with NVRTC into the kernel cache (no GPU needed).
+    Kernels(kernels::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
@@ -58,6 +65,8 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Quantize(a) => quantize::run(a),
         Command::Info(a) => info::run(a),
         Command::EvalArith(a) => eval_arith::run(a),
+        Command::Profile(a) => profile::run(a),
+        Command::Kernels(a) => kernels::run(a),
     }
 }
 
@@ -80,5 +89,13 @@ pub fn model_dir(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match model {
         Some(m) => Ok(m),
         None => crate::default_model::dir(),
+    }
+}
+
+/// `cpu` → None, `cuda` / `cuda:N` → Some(N); anything else is an error.
+pub fn cuda_ordinal(device: &str) -> anyhow::Result<Option<usize>> {
+    match device.parse::<amdahl_engine::api::DeviceSpec>()? {
+        amdahl_engine::api::DeviceSpec::Cpu => Ok(None),
+        amdahl_engine::api::DeviceSpec::Cuda(n) => Ok(Some(n)),
     }
 }

@@ -1,0 +1,497 @@
+//! One GPU: its context and stream, the kernel modules loaded from NVRTC CUBINs, raw device
+//! buffers, and checked kernel launches. Buffers are plain device pointers owned by [`DevBuf`]
+//! (freed on drop); kernels take them as `u64` arguments, so a step's launches are identical
+//! whether run eagerly or recorded into a CUDA graph. cudarc's event tracking is disabled: this
+//! worker orders its single stream itself (GPU.md: tracking breaks stream capture).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::result as drv;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+
+use super::compile;
+use crate::error::{EngineError, Result};
+use amdahl_kernels::Entry;
+
+pub(crate) fn dev_err(what: &str, e: impl std::fmt::Debug) -> EngineError {
+    EngineError::Device(format!("{what}: {e:?}"))
+}
+
+/// Is the CUDA driver library loadable?
+pub fn driver_present() -> bool {
+    // SAFETY: only probes whether libcuda can be opened.
+    unsafe { sys::is_culib_present() }
+}
+
+/// A device allocation. Freed when dropped.
+#[derive(Debug)]
+pub struct DevBuf {
+    ptr: u64,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl DevBuf {
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Pointer `offset` bytes in.
+    pub fn at(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= self.bytes);
+        self.ptr + offset as u64
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            let _ = self.ctx.bind_to_thread();
+            // SAFETY: the pointer came from malloc_sync on this context and is freed once.
+            let _ = unsafe { drv::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// A CUDA event (timing enabled). Destroyed when dropped.
+#[derive(Debug)]
+pub struct Event {
+    ev: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+impl Event {
+    /// Milliseconds from `self` to `end` (both must have completed).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        // SAFETY: two live events of this context.
+        unsafe { drv::event::elapsed(self.ev, end.ev) }.map_err(|e| dev_err("event elapsed", e))
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: live event.
+        unsafe { drv::event::synchronize(self.ev) }.map_err(|e| dev_err("event synchronize", e))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: destroyed once.
+        let _ = unsafe { drv::event::destroy(self.ev) };
+    }
+}
+
+/// Kernel arguments, each stored 8-byte aligned; pointers to them are formed at launch.
+#[derive(Debug, Default)]
+pub struct Args {
+    data: Vec<u64>,
+    offsets: Vec<usize>,
+}
+
+impl Args {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn push_bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.offsets.push(self.data.len());
+        let words = b.len().div_ceil(8);
+        let start = self.data.len();
+        self.data.resize(start + words, 0);
+        for (i, chunk) in b.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.data[start + i] = u64::from_le_bytes(w);
+        }
+        self
+    }
+
+    pub fn ptr(&mut self, p: u64) -> &mut Self {
+        self.push_bytes(&p.to_le_bytes())
+    }
+
+    pub fn buf(&mut self, b: &DevBuf) -> &mut Self {
+        self.ptr(b.ptr())
+    }
+
+    pub fn opt(&mut self, b: Option<&DevBuf>) -> &mut Self {
+        self.ptr(b.map_or(0, DevBuf::ptr))
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+
+    pub fn usize(&mut self, v: usize) -> &mut Self {
+        self.i32(v as i32)
+    }
+
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.push_bytes(&v.to_le_bytes())
+    }
+
+    /// A `#[repr(C)]` struct passed by value.
+    pub fn raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.push_bytes(bytes)
+    }
+}
+
+/// Launch geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub smem: u32,
+}
+
+impl Launch {
+    pub fn new(grid: (usize, usize, usize), block: usize, smem: usize) -> Self {
+        Self {
+            grid: (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+            block: block as u32,
+            smem: smem as u32,
+        }
+    }
+
+    pub fn blocks(&self) -> u64 {
+        u64::from(self.grid.0) * u64::from(self.grid.1) * u64::from(self.grid.2)
+    }
+}
+
+/// Device facts used by launch choices and reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub sms: usize,
+    pub total_mem: usize,
+    pub max_smem_optin: usize,
+}
+
+/// One GPU with its stream and loaded kernels.
+pub struct Gpu {
+    pub info: GpuInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _modules: Vec<Arc<CudaModule>>,
+    funcs: HashMap<String, sys::CUfunction>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, compiles (or loads from the cache) every kernel module for its
+    /// architecture and resolves every entry point.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(EngineError::Device(
+                "the CUDA driver (libcuda) was not found on this machine; use --device cpu".into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(|e| dev_err("cuDeviceGetCount", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(EngineError::Device(format!(
+                "cuda:{ordinal} does not exist: this machine has {count} CUDA device(s)"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| dev_err("creating the CUDA context", e))?;
+        // SAFETY: no cudarc-tracked buffers are ever used; this worker orders its stream itself.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating a stream", e))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| dev_err("compute capability", e))?;
+        let attr = |a| ctx.attribute(a).map_err(|e| dev_err("device attribute", e));
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+        let max_smem_optin =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as usize;
+        let info = GpuInfo {
+            ordinal,
+            name: ctx.name().unwrap_or_else(|_| "unknown".into()),
+            compute_capability: cc,
+            sms,
+            total_mem: ctx.total_mem().unwrap_or(0),
+            max_smem_optin,
+        };
+        let arch = (cc.0 * 10 + cc.1) as u32;
+        let dir = compile::cache_dir();
+        let mut modules = Vec::new();
+        let mut funcs = HashMap::new();
+        for m in amdahl_kernels::MODULES {
+            let c = compile::compile_cached(m.name, &m.full_source(), arch, &dir)?;
+            tracing::info!(
+                module = m.name,
+                cached = c.cached,
+                seconds = c.seconds,
+                "kernel module ready"
+            );
+            let module = ctx
+                .load_module(Ptx::from_binary(c.cubin))
+                .map_err(|e| dev_err(&format!("loading kernel module {}", m.name), e))?;
+            modules.push(module);
+        }
+        for (mname, ename) in amdahl_kernels::all_entries() {
+            let idx = amdahl_kernels::MODULES
+                .iter()
+                .position(|m| m.name == mname)
+                .ok_or_else(|| EngineError::Device(format!("no module {mname}")))?;
+            let f = modules[idx]
+                .load_function(&ename)
+                .map_err(|e| dev_err(&format!("kernel {ename} in {mname}.cu"), e))?;
+            let cf = f.cu_function();
+            // Let every kernel use the device's full shared memory (less its static part) when
+            // a launch asks for it.
+            // SAFETY: valid function handle of a loaded module.
+            unsafe {
+                let fixed = drv::function::get_function_attribute(
+                    cf,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                )
+                .unwrap_or(0);
+                drv::function::set_function_attribute(
+                    cf,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    max_smem_optin as i32 - fixed,
+                )
+                .map_err(|e| dev_err(&format!("shared memory limit of {ename}"), e))?;
+            }
+            funcs.insert(ename, cf);
+        }
+        Ok(Self {
+            info,
+            ctx,
+            stream,
+            _modules: modules,
+            funcs,
+        })
+    }
+
+    pub fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| dev_err("binding the CUDA context", e))
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// Allocates `bytes` (at least 1) of device memory.
+    pub fn alloc(&self, bytes: usize) -> Result<DevBuf> {
+        self.bind()?;
+        // SAFETY: plain allocation on the bound context.
+        let ptr = unsafe { drv::malloc_sync(bytes.max(16)) }.map_err(|e| {
+            dev_err(
+                &format!(
+                    "allocating {bytes} bytes on cuda:{} ({} total)",
+                    self.info.ordinal, self.info.total_mem
+                ),
+                e,
+            )
+        })?;
+        Ok(DevBuf {
+            ptr,
+            bytes,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Allocates and zero-fills.
+    pub fn zeros(&self, bytes: usize) -> Result<DevBuf> {
+        let b = self.alloc(bytes)?;
+        self.memset(&b, 0)?;
+        Ok(b)
+    }
+
+    pub fn memset(&self, b: &DevBuf, value: u8) -> Result<()> {
+        // SAFETY: the range lies inside the allocation.
+        unsafe { drv::memset_d8_async(b.ptr, value, b.bytes.max(1), self.cu_stream()) }
+            .map_err(|e| dev_err("memset", e))
+    }
+
+    /// Uploads a slice into a new buffer (synchronously).
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DevBuf> {
+        let b = self.alloc(std::mem::size_of_val(data))?;
+        self.write(&b, 0, data)?;
+        self.sync()?;
+        Ok(b)
+    }
+
+    /// Copies host data into `b` at byte `offset`, ordered on the stream. The host slice must
+    /// stay alive until the stream reaches the copy; callers sync or keep it.
+    pub fn write<T: Copy>(&self, b: &DevBuf, offset: usize, data: &[T]) -> Result<()> {
+        let n = std::mem::size_of_val(data);
+        if n == 0 {
+            return Ok(());
+        }
+        if offset + n > b.bytes {
+            return Err(EngineError::Device(format!(
+                "write of {n} bytes at {offset} overruns a {}-byte buffer",
+                b.bytes
+            )));
+        }
+        // SAFETY: bounds checked above; T is plain data.
+        unsafe { drv::memcpy_htod_async(b.ptr + offset as u64, data, self.cu_stream()) }
+            .map_err(|e| dev_err("host-to-device copy", e))
+    }
+
+    /// Reads `n` elements of T from `b` at byte `offset` (synchronizes the stream).
+    pub fn read<T: Copy + Default>(&self, b: &DevBuf, offset: usize, n: usize) -> Result<Vec<T>> {
+        let bytes = n * std::mem::size_of::<T>();
+        if offset + bytes > b.bytes {
+            return Err(EngineError::Device(format!(
+                "read of {bytes} bytes at {offset} overruns a {}-byte buffer",
+                b.bytes
+            )));
+        }
+        let mut out = vec![T::default(); n];
+        if n == 0 {
+            return Ok(out);
+        }
+        // SAFETY: bounds checked; the stream is synchronized before `out` is used.
+        unsafe { drv::memcpy_dtoh_async(&mut out, b.ptr + offset as u64, self.cu_stream()) }
+            .map_err(|e| dev_err("device-to-host copy", e))?;
+        self.sync()?;
+        Ok(out)
+    }
+
+    pub fn copy(
+        &self,
+        dst: &DevBuf,
+        dst_off: usize,
+        src: &DevBuf,
+        src_off: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        if dst_off + bytes > dst.bytes || src_off + bytes > src.bytes {
+            return Err(EngineError::Device("device copy out of bounds".into()));
+        }
+        // SAFETY: bounds checked.
+        unsafe {
+            drv::memcpy_dtod_async(
+                dst.ptr + dst_off as u64,
+                src.ptr + src_off as u64,
+                bytes,
+                self.cu_stream(),
+            )
+        }
+        .map_err(|e| dev_err("device-to-device copy", e))
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| dev_err("stream synchronize (a kernel may have faulted)", e))
+    }
+
+    fn function(&self, name: &str) -> Result<sys::CUfunction> {
+        self.funcs
+            .get(name)
+            .copied()
+            .ok_or_else(|| EngineError::Device(format!("kernel `{name}` is not loaded")))
+    }
+
+    /// Launches a named entry point.
+    pub fn launch(&self, e: Entry, l: Launch, args: &mut Args) -> Result<()> {
+        self.launch_named(e.name, l, args)
+    }
+
+    /// Launches an entry point by name (macro-generated linear kernels).
+    pub fn launch_named(&self, name: &str, l: Launch, args: &mut Args) -> Result<()> {
+        if l.blocks() == 0 {
+            return Ok(());
+        }
+        let f = self.function(name)?;
+        if l.smem as usize > self.info.max_smem_optin {
+            return Err(EngineError::Device(format!(
+                "kernel {name} needs {} bytes of shared memory; this GPU allows {}",
+                l.smem, self.info.max_smem_optin
+            )));
+        }
+        let mut ptrs: Vec<*mut std::ffi::c_void> = args
+            .offsets
+            .iter()
+            .map(|&o| (&mut args.data[o] as *mut u64).cast())
+            .collect();
+        // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
+        // the kernel's signature (checked by the GPU tests against the CPU reference).
+        unsafe {
+            drv::launch_kernel(
+                f,
+                l.grid,
+                (l.block, 1, 1),
+                l.smem,
+                self.cu_stream(),
+                &mut ptrs,
+            )
+        }
+        .map_err(|e| dev_err(&format!("launching {name} {l:?}"), e))
+    }
+
+    /// A timing event.
+    pub fn event(&self) -> Result<Event> {
+        self.bind()?;
+        let ev = drv::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| dev_err("creating an event", e))?;
+        Ok(Event {
+            ev,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Records `ev` on the stream. Inside a stream capture the record must be an external one
+    /// (CU_EVENT_RECORD_EXTERNAL) to give a usable timestamp at replay.
+    pub fn record(&self, ev: &Event, capturing: bool) -> Result<()> {
+        let flags = if capturing { 1 } else { 0 };
+        // SAFETY: live event and stream of this context.
+        unsafe { sys::cuEventRecordWithFlags(ev.ev, self.cu_stream(), flags) }
+            .result()
+            .map_err(|e| dev_err("recording an event", e))
+    }
+
+    /// Begins capturing the stream into a graph.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| dev_err("begin stream capture", e))
+    }
+
+    /// Ends the capture and instantiates the graph.
+    pub fn end_capture(&self) -> Result<cudarc::driver::CudaGraph> {
+        self.stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| dev_err("end stream capture", e))?
+            .ok_or_else(|| EngineError::Device("stream capture produced no graph".into()))
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+}

@@ -1,0 +1,784 @@
+//! Typed launchers, one per kernel family, so the forward pass reads as the model does. Each
+//! picks the launch geometry (and the token-tile instantiation of the tensor-core linears) and
+//! returns the number of blocks it launched, which the profiler turns into occupancy facts.
+
+use amdahl_kernels::{attention as ka, linear_entry, mhc as km, moe as kmoe, sample as ks};
+
+use crate::error::Result;
+
+use super::gpu::{Args, Gpu, Launch};
+use super::weights::GLinear;
+
+/// 8 warps × 128 floats × tiles: the cross-warp reduction buffer of linear.cu.
+fn lin_smem(nt: usize) -> usize {
+    8 * 128 * nt * 4
+}
+
+/// Token tiles (×8 tokens) for `m` tokens.
+pub fn tiles_for(m: usize) -> usize {
+    match m {
+        0..=8 => 1,
+        9..=16 => 2,
+        17..=32 => 4,
+        _ => 8,
+    }
+}
+
+/// Token tiles of the grouped expert kernels: decode steps give each expert a few tokens, so one
+/// tile (looping for the rare busy expert) keeps registers low; prefill uses four.
+fn moe_tiles(tokens: usize) -> usize {
+    if tokens <= 64 { 1 } else { 4 }
+}
+
+/// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16.
+#[allow(clippy::too_many_arguments)]
+pub fn linear(
+    gpu: &Gpu,
+    w: &GLinear,
+    x: u64,
+    ldx: usize,
+    y: u64,
+    ldy: usize,
+    m: usize,
+    out_bf16: bool,
+) -> Result<u64> {
+    let nt = tiles_for(m);
+    let name = linear_entry("linear", w.fmt.name(), nt);
+    let l = Launch::new((w.rows.div_ceil(16), 1, 1), 256, lin_smem(nt));
+    gpu.launch_named(
+        &name,
+        l,
+        Args::new()
+            .raw(&w.desc().as_bytes())
+            .ptr(x)
+            .usize(ldx)
+            .ptr(y)
+            .usize(ldy)
+            .usize(m)
+            .usize(w.rows)
+            .usize(w.cols)
+            .i32(out_bf16 as i32),
+    )?;
+    Ok(l.blocks())
+}
+
+/// f32-input linear (router): y [m, N] f32.
+pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize) -> Result<u64> {
+    let name = format!("linear_f32x_{}", w.fmt.name());
+    let warps = m * w.rows;
+    let l = Launch::new((warps.div_ceil(8), 1, 1), 256, 0);
+    gpu.launch_named(
+        &name,
+        l,
+        Args::new()
+            .raw(&w.desc().as_bytes())
+            .ptr(x)
+            .usize(ldx)
+            .ptr(y)
+            .usize(m)
+            .usize(w.rows)
+            .usize(w.cols),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Grouped up projection with the clamped SwiGLU: act rows at plan positions.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_up(
+    gpu: &Gpu,
+    w1: &GLinear,
+    w3: &GLinear,
+    x: u64,
+    ldx: usize,
+    offsets: u64,
+    tok_of: u64,
+    act: u64,
+    tokens: usize,
+    limit: f32,
+) -> Result<u64> {
+    let nt = moe_tiles(tokens);
+    let name = linear_entry("moe_up", w1.fmt.name(), nt);
+    let l = Launch::new((w1.rows.div_ceil(16), w1.experts, 1), 256, 2 * lin_smem(nt));
+    gpu.launch_named(
+        &name,
+        l,
+        Args::new()
+            .raw(&w1.desc().as_bytes())
+            .raw(&w3.desc().as_bytes())
+            .ptr(x)
+            .usize(ldx)
+            .ptr(offsets)
+            .ptr(tok_of)
+            .ptr(act)
+            .usize(w1.rows)
+            .usize(w1.cols)
+            .f32(limit),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Grouped down projection, rows scaled by their routing weight.
+pub fn moe_down(
+    gpu: &Gpu,
+    w2: &GLinear,
+    act: u64,
+    offsets: u64,
+    wt: u64,
+    y: u64,
+    tokens: usize,
+) -> Result<u64> {
+    let nt = moe_tiles(tokens);
+    let name = linear_entry("moe_down", w2.fmt.name(), nt);
+    let l = Launch::new((w2.rows.div_ceil(16), w2.experts, 1), 256, lin_smem(nt));
+    gpu.launch_named(
+        &name,
+        l,
+        Args::new()
+            .raw(&w2.desc().as_bytes())
+            .ptr(act)
+            .ptr(offsets)
+            .ptr(wt)
+            .ptr(y)
+            .usize(w2.rows)
+            .usize(w2.cols),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn embed(
+    gpu: &Gpu,
+    table: u64,
+    fmt: i32,
+    tokens: u64,
+    x: u64,
+    d: usize,
+    hc: usize,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((d.div_ceil(256), t, 1), 256, 0);
+    gpu.launch(
+        km::EMBED_ROWS,
+        l,
+        Args::new()
+            .ptr(table)
+            .i32(fmt)
+            .ptr(tokens)
+            .ptr(x)
+            .usize(d)
+            .usize(hc),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The mixing dot products of `rows` rows (`sel` maps rows to X rows; 0 = identity), split over
+/// `MIX_PARTS` blocks per row, into `partial`.
+#[allow(clippy::too_many_arguments)]
+pub fn hc_mix_partial(
+    gpu: &Gpu,
+    x: u64,
+    sel: u64,
+    fn_w: u64,
+    width: usize,
+    nmix: usize,
+    partial: u64,
+    rows: usize,
+) -> Result<u64> {
+    let l = Launch::new((km::MIX_PARTS, rows, 1), 256, 0);
+    gpu.launch(
+        km::HC_MIX_PARTIAL,
+        l,
+        Args::new()
+            .ptr(x)
+            .ptr(sel)
+            .ptr(fn_w)
+            .usize(width)
+            .usize(nmix)
+            .ptr(partial),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm (two launches:
+/// the split mixing dot products, then Sinkhorn, the collapse and the norm per token).
+#[allow(clippy::too_many_arguments)]
+pub fn hc_pre(
+    gpu: &Gpu,
+    x: u64,
+    hcw: (u64, u64, u64),
+    hc: usize,
+    d: usize,
+    iters: usize,
+    hc_eps: f32,
+    eps: f32,
+    norm_w: u64,
+    mix: u64,
+    partial: u64,
+    u_f32: u64,
+    u_bf: u64,
+    t: usize,
+) -> Result<u64> {
+    let n = hc_mix_partial(gpu, x, 0, hcw.0, hc * d, (2 + hc) * hc, partial, t)?;
+    let l = Launch::new((t, 1, 1), 256, d * 4);
+    gpu.launch(
+        km::HC_PRE,
+        l,
+        Args::new()
+            .ptr(x)
+            .ptr(partial)
+            .usize(km::MIX_PARTS)
+            .ptr(hcw.1)
+            .ptr(hcw.2)
+            .usize(hc)
+            .usize(d)
+            .usize(iters)
+            .f32(hc_eps)
+            .f32(eps)
+            .ptr(norm_w)
+            .ptr(mix)
+            .ptr(u_f32)
+            .ptr(u_bf),
+    )?;
+    Ok(n + l.blocks())
+}
+
+pub fn hc_post(gpu: &Gpu, x: u64, y: u64, mix: u64, hc: usize, d: usize, t: usize) -> Result<u64> {
+    let l = Launch::new((d.div_ceil(256), t, 1), 256, 0);
+    gpu.launch(
+        km::HC_POST,
+        l,
+        Args::new().ptr(x).ptr(y).ptr(mix).usize(hc).usize(d),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn hc_head(
+    gpu: &Gpu,
+    x: u64,
+    sel: u64,
+    hw: (u64, u64, f32),
+    hc: usize,
+    d: usize,
+    hc_eps: f32,
+    eps: f32,
+    norm_w: u64,
+    partial: u64,
+    out: u64,
+    rows: usize,
+) -> Result<u64> {
+    let n = hc_mix_partial(gpu, x, sel, hw.0, hc * d, hc, partial, rows)?;
+    let l = Launch::new((rows, 1, 1), 256, d * 4);
+    gpu.launch(
+        km::HC_HEAD,
+        l,
+        Args::new()
+            .ptr(x)
+            .ptr(sel)
+            .ptr(partial)
+            .usize(km::MIX_PARTS)
+            .ptr(hw.1)
+            .f32(hw.2)
+            .usize(hc)
+            .usize(d)
+            .f32(hc_eps)
+            .f32(eps)
+            .ptr(norm_w)
+            .ptr(out),
+    )?;
+    Ok(n + l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn norm_rows(
+    gpu: &Gpu,
+    x: u64,
+    ldx: usize,
+    w: u64,
+    d: usize,
+    eps: f32,
+    out_f32: u64,
+    out_bf: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t, 1, 1), 256, 0);
+    gpu.launch(
+        km::NORM_ROWS,
+        l,
+        Args::new()
+            .ptr(x)
+            .usize(ldx)
+            .ptr(w)
+            .usize(d)
+            .f32(eps)
+            .ptr(out_f32)
+            .ptr(out_bf),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Rope table on the device: inverse frequencies and the attention factor.
+#[derive(Debug, Clone, Copy)]
+pub struct Rope {
+    pub inv_freq: u64,
+    pub dim: usize,
+    pub scale: f32,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn q_prep(
+    gpu: &Gpu,
+    q: u64,
+    h: usize,
+    d: usize,
+    eps: f32,
+    row_pos: u64,
+    rope: Rope,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t, 1, 1), 256, 0);
+    gpu.launch(
+        ka::Q_PREP,
+        l,
+        Args::new()
+            .ptr(q)
+            .usize(h)
+            .usize(d)
+            .f32(eps)
+            .ptr(row_pos)
+            .ptr(rope.inv_freq)
+            .usize(rope.dim)
+            .f32(rope.scale),
+    )?;
+    Ok(l.blocks())
+}
+
+pub fn rope_heads(
+    gpu: &Gpu,
+    x: u64,
+    heads: usize,
+    width: usize,
+    row_pos: u64,
+    rope: Rope,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t, 1, 1), 256, 0);
+    gpu.launch(
+        ka::ROPE_HEADS,
+        l,
+        Args::new()
+            .ptr(x)
+            .usize(heads)
+            .usize(width)
+            .ptr(row_pos)
+            .ptr(rope.inv_freq)
+            .usize(rope.dim)
+            .f32(rope.scale),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn kv_prep(
+    gpu: &Gpu,
+    kv: u64,
+    norm_w: u64,
+    d: usize,
+    eps: f32,
+    row_pos: u64,
+    rope: Rope,
+    out: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t, 1, 1), 256, d * 4);
+    gpu.launch(
+        ka::KV_PREP,
+        l,
+        Args::new()
+            .ptr(kv)
+            .ptr(norm_w)
+            .usize(d)
+            .f32(eps)
+            .ptr(row_pos)
+            .ptr(rope.inv_freq)
+            .usize(rope.dim)
+            .f32(rope.scale)
+            .ptr(out),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The per-sequence metadata pointers of a step.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqMeta {
+    pub row_seq: u64,
+    pub row_pos: u64,
+    pub seq_slot: u64,
+    pub seq_start: u64,
+    pub seq_n: u64,
+    pub seq_row0: u64,
+}
+
+/// One compressor's device pieces for `compressor_update`.
+#[derive(Debug, Clone, Copy)]
+pub struct CompArgs {
+    pub ckv: u64,
+    pub cgate: u64,
+    pub width: usize,
+    pub ape: u64,
+    pub norm_w: u64,
+    pub dim: usize,
+    pub ratio: usize,
+    pub overlap: bool,
+    pub state: u64,
+    pub entries: u64,
+    pub entries_bf16: bool,
+    pub max_entries: usize,
+}
+
+pub fn compressor_update(
+    gpu: &Gpu,
+    c: CompArgs,
+    eps: f32,
+    meta: SeqMeta,
+    rope: Rope,
+    b: usize,
+) -> Result<u64> {
+    let threads = c.dim.div_ceil(32) * 32;
+    let l = Launch::new((b, 1, 1), threads.clamp(32, 1024), c.dim * 4);
+    gpu.launch(
+        ka::COMPRESSOR_UPDATE,
+        l,
+        Args::new()
+            .ptr(c.ckv)
+            .ptr(c.cgate)
+            .usize(c.width)
+            .ptr(c.ape)
+            .ptr(c.norm_w)
+            .f32(eps)
+            .usize(c.dim)
+            .usize(c.ratio)
+            .i32(c.overlap as i32)
+            .ptr(meta.seq_slot)
+            .ptr(meta.seq_start)
+            .ptr(meta.seq_n)
+            .ptr(meta.seq_row0)
+            .ptr(c.state)
+            .ptr(c.entries)
+            .i32(c.entries_bf16 as i32)
+            .usize(c.max_entries)
+            .ptr(rope.inv_freq)
+            .usize(rope.dim)
+            .f32(rope.scale),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn indexer_scores(
+    gpu: &Gpu,
+    q: u64,
+    w: u64,
+    keys: u64,
+    hi: usize,
+    di: usize,
+    m: usize,
+    max_e: usize,
+    meta: SeqMeta,
+    scores: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((max_e.div_ceil(256), t, 1), 256, (hi * di + hi) * 4);
+    gpu.launch(
+        ka::INDEXER_SCORES,
+        l,
+        Args::new()
+            .ptr(q)
+            .ptr(w)
+            .ptr(keys)
+            .usize(hi)
+            .usize(di)
+            .usize(m)
+            .usize(max_e)
+            .ptr(meta.row_seq)
+            .ptr(meta.row_pos)
+            .ptr(meta.seq_slot)
+            .ptr(scores),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn topk_select(
+    gpu: &Gpu,
+    scores: u64,
+    max_e: usize,
+    m: usize,
+    topk: usize,
+    row_pos: u64,
+    out: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t, 1, 1), 1024, 0);
+    gpu.launch(
+        ka::TOPK_SELECT,
+        l,
+        Args::new()
+            .ptr(scores)
+            .usize(max_e)
+            .usize(m)
+            .usize(topk)
+            .ptr(row_pos)
+            .ptr(out),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Everything `sparse_attn_partial` reads about one layer.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnArgs {
+    pub q: u64,
+    pub kv_step: u64,
+    pub ring: u64,
+    pub entries: u64,
+    pub topk_idx: u64,
+    pub topk: usize,
+    pub kind: i32,
+    pub ratio: usize,
+    pub window: usize,
+    pub max_entries: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub chunk: usize,
+    pub splits: usize,
+    pub o_part: u64,
+    pub ml_part: u64,
+}
+
+pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u64> {
+    let hg = ka::HEADS_PER_BLOCK;
+    let smem =
+        hg * a.head_dim * 4 + ka::TILE_ROWS * a.head_dim * 2 + hg * ka::TILE_ROWS * 4 + 3 * hg * 4;
+    let l = Launch::new((a.splits, a.heads.div_ceil(hg), t), ka::THREADS, smem);
+    gpu.launch(
+        ka::SPARSE_ATTN_PARTIAL,
+        l,
+        Args::new()
+            .ptr(a.q)
+            .ptr(a.kv_step)
+            .ptr(a.ring)
+            .ptr(a.entries)
+            .ptr(a.topk_idx)
+            .usize(a.topk)
+            .i32(a.kind)
+            .usize(a.ratio.max(1))
+            .usize(a.window)
+            .usize(a.max_entries.max(1))
+            .usize(a.heads)
+            .usize(a.head_dim)
+            .f32(a.scale)
+            .usize(a.chunk)
+            .usize(a.splits)
+            .ptr(meta.row_seq)
+            .ptr(meta.row_pos)
+            .ptr(meta.seq_slot)
+            .ptr(meta.seq_start)
+            .ptr(meta.seq_row0)
+            .ptr(a.o_part)
+            .ptr(a.ml_part),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn attn_combine(
+    gpu: &Gpu,
+    a: AttnArgs,
+    sinks: u64,
+    row_pos: u64,
+    rope: Rope,
+    out: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((a.heads, t, 1), (a.head_dim / 2).clamp(32, 256), 0);
+    gpu.launch(
+        ka::SPARSE_ATTN_COMBINE,
+        l,
+        Args::new()
+            .ptr(a.o_part)
+            .ptr(a.ml_part)
+            .ptr(sinks)
+            .usize(a.heads)
+            .usize(a.head_dim)
+            .usize(a.splits)
+            .ptr(row_pos)
+            .ptr(rope.inv_freq)
+            .usize(rope.dim)
+            .f32(rope.scale)
+            .ptr(out),
+    )?;
+    Ok(l.blocks())
+}
+
+pub fn ring_store(
+    gpu: &Gpu,
+    kv_step: u64,
+    ring: u64,
+    window: usize,
+    d: usize,
+    meta: SeqMeta,
+    b: usize,
+) -> Result<u64> {
+    let l = Launch::new((b, 1, 1), 256, 0);
+    gpu.launch(
+        ka::RING_STORE,
+        l,
+        Args::new()
+            .ptr(kv_step)
+            .ptr(ring)
+            .usize(window)
+            .usize(d)
+            .ptr(meta.seq_slot)
+            .ptr(meta.seq_start)
+            .ptr(meta.seq_n)
+            .ptr(meta.seq_row0),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Router outputs and plan buffers of one MoE layer.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteArgs {
+    pub logits: u64,
+    pub experts: usize,
+    pub scoring: i32,
+    pub bias: u64,
+    pub tid2eid: u64,
+    pub tokens: u64,
+    pub k: usize,
+    pub scaling: f32,
+    pub norm_topk: bool,
+    pub ids: u64,
+    pub wts: u64,
+}
+
+pub fn moe_route(gpu: &Gpu, r: RouteArgs, t: usize) -> Result<u64> {
+    let l = Launch::new((t.div_ceil(8), 1, 1), 256, 0);
+    gpu.launch(
+        kmoe::MOE_ROUTE,
+        l,
+        Args::new()
+            .ptr(r.logits)
+            .usize(r.experts)
+            .usize(t)
+            .i32(r.scoring)
+            .ptr(r.bias)
+            .ptr(r.tid2eid)
+            .ptr(r.tokens)
+            .usize(r.k)
+            .f32(r.scaling)
+            .i32(r.norm_topk as i32)
+            .ptr(r.ids)
+            .ptr(r.wts),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn moe_plan(
+    gpu: &Gpu,
+    ids: u64,
+    wts: u64,
+    n: usize,
+    k: usize,
+    e: usize,
+    offsets: u64,
+    tok_of: u64,
+    wt_of: u64,
+    slot_of: u64,
+) -> Result<u64> {
+    let l = Launch::new((1, 1, 1), 1024, n * 4);
+    gpu.launch(
+        kmoe::MOE_PLAN,
+        l,
+        Args::new()
+            .ptr(ids)
+            .ptr(wts)
+            .usize(n)
+            .usize(k)
+            .usize(e)
+            .ptr(offsets)
+            .ptr(tok_of)
+            .ptr(wt_of)
+            .ptr(slot_of),
+    )?;
+    Ok(l.blocks())
+}
+
+pub fn plan_identity(gpu: &Gpu, t: usize, offsets: u64, tok_of: u64, wt_of: u64) -> Result<u64> {
+    let l = Launch::new((t.div_ceil(256), 1, 1), 256, 0);
+    gpu.launch(
+        kmoe::PLAN_IDENTITY,
+        l,
+        Args::new().usize(t).ptr(offsets).ptr(tok_of).ptr(wt_of),
+    )?;
+    Ok(l.blocks())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn moe_combine(
+    gpu: &Gpu,
+    y: u64,
+    slot_of: u64,
+    k: usize,
+    shared: u64,
+    d: usize,
+    out: u64,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((d.div_ceil(256), t, 1), 256, 0);
+    gpu.launch(
+        kmoe::MOE_COMBINE,
+        l,
+        Args::new()
+            .ptr(y)
+            .ptr(slot_of)
+            .usize(k)
+            .ptr(shared)
+            .usize(d)
+            .ptr(out),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Sampling parameter arrays (per logit row) and the output.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleArgs {
+    pub logits: u64,
+    pub vocab: usize,
+    pub temperature: u64,
+    pub top_k: u64,
+    pub top_p: u64,
+    pub u: u64,
+    pub banned: u64,
+    pub out: u64,
+}
+
+pub fn sample(gpu: &Gpu, s: SampleArgs, rows: usize) -> Result<u64> {
+    let l = Launch::new((rows, 1, 1), ks::THREADS, 0);
+    gpu.launch(
+        ks::SAMPLE_ROWS,
+        l,
+        Args::new()
+            .ptr(s.logits)
+            .usize(s.vocab)
+            .ptr(s.temperature)
+            .ptr(s.top_k)
+            .ptr(s.top_p)
+            .ptr(s.u)
+            .ptr(s.banned)
+            .ptr(s.out),
+    )?;
+    Ok(l.blocks())
+}

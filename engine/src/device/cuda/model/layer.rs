@@ -1,0 +1,518 @@
+//! One decoder layer on the device: hyper-connection pre-mix and norm, attention (projections,
+//! q/kv preparation, compressors, indexer, split-K sparse attention, grouped output
+//! projection), post-mix; then the FFN site with the MoE (router, plan, grouped experts, shared
+//! expert, combine). Stages are marked for the device-event profiler.
+
+use crate::config::AttnKind;
+use crate::error::Result;
+use crate::profile::Stage;
+
+use super::super::gpu::Gpu;
+use super::super::launch::{self as k, AttnArgs, CompArgs, RouteArgs, SeqMeta};
+use super::super::state::StepBufs;
+use super::super::timer::StageTimer;
+use super::super::weights::GMoe;
+use super::{GpuModel, Shape};
+
+impl GpuModel {
+    pub(super) fn layer(
+        &self,
+        l: usize,
+        shape: Shape,
+        meta: SeqMeta,
+        cap: bool,
+        tm: &mut StageTimer,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let g = &self.gpu;
+        let bf = &self.bufs;
+        let lw = &self.w.layers[l];
+        let a = &lw.attn;
+        let st = &self.kv.layers[l];
+        let (t, b, d, hc) = (shape.t, shape.b, c.hidden_size, c.hc_mult);
+        let (h, hd) = (c.num_heads, c.head_dim);
+        let eps = c.rms_norm_eps;
+        let rope = self.rope(a.kind);
+
+        tm.mark(g, Stage::Mhc, cap)?;
+        tm.count(k::hc_pre(
+            g,
+            bf.x.ptr(),
+            (
+                lw.hc_attn.fn_w.ptr(),
+                lw.hc_attn.base.ptr(),
+                lw.hc_attn.scale.ptr(),
+            ),
+            hc,
+            d,
+            c.hc_sinkhorn_iters,
+            c.hc_eps,
+            eps,
+            lw.attn_norm.ptr(),
+            bf.mix.ptr(),
+            bf.mixp.ptr(),
+            0,
+            bf.u_bf.ptr(),
+            t,
+        )?);
+
+        tm.mark(g, Stage::AttnProj, cap)?;
+        let ql = c.q_lora_rank;
+        tm.count(k::linear(
+            g,
+            &a.wq_a,
+            bf.u_bf.ptr(),
+            d,
+            bf.cq_f32.ptr(),
+            ql,
+            t,
+            false,
+        )?);
+        tm.count(k::norm_rows(
+            g,
+            bf.cq_f32.ptr(),
+            ql,
+            a.q_norm.ptr(),
+            ql,
+            eps,
+            0,
+            bf.cq_bf.ptr(),
+            t,
+        )?);
+        tm.count(k::linear(
+            g,
+            &a.wq_b,
+            bf.cq_bf.ptr(),
+            ql,
+            bf.q.ptr(),
+            h * hd,
+            t,
+            false,
+        )?);
+        tm.count(k::q_prep(g, bf.q.ptr(), h, hd, eps, meta.row_pos, rope, t)?);
+        tm.count(k::linear(
+            g,
+            &a.wkv,
+            bf.u_bf.ptr(),
+            d,
+            bf.kv_f32.ptr(),
+            hd,
+            t,
+            false,
+        )?);
+        tm.count(k::kv_prep(
+            g,
+            bf.kv_f32.ptr(),
+            a.kv_norm.ptr(),
+            hd,
+            eps,
+            meta.row_pos,
+            rope,
+            bf.kv_bf.ptr(),
+            t,
+        )?);
+        if let (Some(cw), Some(entries), Some(state)) = (&a.compressor, &st.entries, &st.comp_state)
+        {
+            let wd = cw.width();
+            tm.count(k::linear(
+                g,
+                &cw.wkv,
+                bf.u_bf.ptr(),
+                d,
+                bf.comp_kv.ptr(),
+                wd,
+                t,
+                false,
+            )?);
+            tm.count(k::linear(
+                g,
+                &cw.wgate,
+                bf.u_bf.ptr(),
+                d,
+                bf.comp_gate.ptr(),
+                wd,
+                t,
+                false,
+            )?);
+            tm.count(k::compressor_update(
+                g,
+                CompArgs {
+                    ckv: bf.comp_kv.ptr(),
+                    cgate: bf.comp_gate.ptr(),
+                    width: wd,
+                    ape: cw.ape.ptr(),
+                    norm_w: cw.norm.ptr(),
+                    dim: cw.dim,
+                    ratio: cw.ratio,
+                    overlap: cw.overlap,
+                    state: state.ptr(),
+                    entries: entries.ptr(),
+                    entries_bf16: true,
+                    max_entries: st.max_entries,
+                },
+                eps,
+                meta,
+                rope,
+                b,
+            )?);
+        }
+
+        let mut topk_ptr = 0u64;
+        let mut topk = 0usize;
+        if let (Some(ix), Some(keys), Some(istate)) = (&a.indexer, &st.idx_keys, &st.idx_state) {
+            tm.mark(g, Stage::Indexer, cap)?;
+            let cw = &ix.comp;
+            let wd = cw.width();
+            tm.count(k::linear(
+                g,
+                &cw.wkv,
+                bf.u_bf.ptr(),
+                d,
+                bf.idx_kv.ptr(),
+                wd,
+                t,
+                false,
+            )?);
+            tm.count(k::linear(
+                g,
+                &cw.wgate,
+                bf.u_bf.ptr(),
+                d,
+                bf.idx_gate.ptr(),
+                wd,
+                t,
+                false,
+            )?);
+            tm.count(k::compressor_update(
+                g,
+                CompArgs {
+                    ckv: bf.idx_kv.ptr(),
+                    cgate: bf.idx_gate.ptr(),
+                    width: wd,
+                    ape: cw.ape.ptr(),
+                    norm_w: cw.norm.ptr(),
+                    dim: cw.dim,
+                    ratio: cw.ratio,
+                    overlap: cw.overlap,
+                    state: istate.ptr(),
+                    entries: keys.ptr(),
+                    entries_bf16: false,
+                    max_entries: st.max_entries,
+                },
+                eps,
+                meta,
+                rope,
+                b,
+            )?);
+            let (hi, di) = (ix.heads, ix.dim);
+            tm.count(k::linear(
+                g,
+                &ix.wq_b,
+                bf.cq_bf.ptr(),
+                ql,
+                bf.iq.ptr(),
+                hi * di,
+                t,
+                false,
+            )?);
+            tm.count(k::rope_heads(
+                g,
+                bf.iq.ptr(),
+                hi,
+                di,
+                meta.row_pos,
+                rope,
+                t,
+            )?);
+            tm.count(k::linear(
+                g,
+                &ix.weights_proj,
+                bf.u_bf.ptr(),
+                d,
+                bf.iw.ptr(),
+                hi,
+                t,
+                false,
+            )?);
+            tm.count(k::indexer_scores(
+                g,
+                bf.iq.ptr(),
+                bf.iw.ptr(),
+                keys.ptr(),
+                hi,
+                di,
+                cw.ratio,
+                st.max_entries,
+                meta,
+                bf.scores.ptr(),
+                t,
+            )?);
+            tm.count(k::topk_select(
+                g,
+                bf.scores.ptr(),
+                st.max_entries,
+                cw.ratio,
+                ix.topk,
+                meta.row_pos,
+                bf.topk.ptr(),
+                t,
+            )?);
+            topk_ptr = bf.topk.ptr();
+            topk = ix.topk;
+        }
+
+        tm.mark(g, Stage::Attention, cap)?;
+        let (kind, ratio) = match a.kind {
+            AttnKind::Sliding => (0, 1),
+            AttnKind::Hca { ratio } => (1, ratio),
+            AttnKind::Csa { ratio } => (2, ratio),
+        };
+        let (splits, chunk) = self.attn_geometry(a.kind, t);
+        let aa = AttnArgs {
+            q: bf.q.ptr(),
+            kv_step: bf.kv_bf.ptr(),
+            ring: st.ring.ptr(),
+            entries: st.entries.as_ref().map_or(0, |e| e.ptr()),
+            topk_idx: topk_ptr,
+            topk,
+            kind,
+            ratio,
+            window: c.sliding_window,
+            max_entries: st.max_entries,
+            heads: h,
+            head_dim: hd,
+            scale: (hd as f32).powf(-0.5),
+            chunk,
+            splits,
+            o_part: bf.o_part.ptr(),
+            ml_part: bf.ml_part.ptr(),
+        };
+        tm.count(k::sparse_attn(g, aa, meta, t)?);
+        tm.count(k::attn_combine(
+            g,
+            aa,
+            a.sinks.ptr(),
+            meta.row_pos,
+            rope,
+            bf.attn_out.ptr(),
+            t,
+        )?);
+        tm.count(k::ring_store(
+            g,
+            bf.kv_bf.ptr(),
+            st.ring.ptr(),
+            c.sliding_window,
+            hd,
+            meta,
+            b,
+        )?);
+
+        tm.mark(g, Stage::AttnProj, cap)?;
+        let groups = a.wo_a.len();
+        let gi = h * hd / groups;
+        let ol = c.o_lora_rank;
+        for (gidx, wg) in a.wo_a.iter().enumerate() {
+            tm.count(k::linear(
+                g,
+                wg,
+                bf.attn_out.at(gidx * gi * 2),
+                h * hd,
+                bf.z.at(gidx * ol * 2),
+                groups * ol,
+                t,
+                true,
+            )?);
+        }
+        tm.count(k::linear(
+            g,
+            &a.wo_b,
+            bf.z.ptr(),
+            groups * ol,
+            bf.y.ptr(),
+            d,
+            t,
+            false,
+        )?);
+
+        tm.mark(g, Stage::Mhc, cap)?;
+        tm.count(k::hc_post(
+            g,
+            bf.x.ptr(),
+            bf.y.ptr(),
+            bf.mix.ptr(),
+            hc,
+            d,
+            t,
+        )?);
+        tm.count(k::hc_pre(
+            g,
+            bf.x.ptr(),
+            (
+                lw.hc_ffn.fn_w.ptr(),
+                lw.hc_ffn.base.ptr(),
+                lw.hc_ffn.scale.ptr(),
+            ),
+            hc,
+            d,
+            c.hc_sinkhorn_iters,
+            c.hc_eps,
+            eps,
+            lw.ffn_norm.ptr(),
+            bf.mix.ptr(),
+            bf.mixp.ptr(),
+            bf.u_f32.ptr(),
+            bf.u_bf.ptr(),
+            t,
+        )?);
+
+        tm.mark(g, Stage::Moe, cap)?;
+        self.moe(l, shape, cap, tm)?;
+
+        tm.mark(g, Stage::Mhc, cap)?;
+        tm.count(k::hc_post(
+            g,
+            bf.x.ptr(),
+            bf.moe_out.ptr(),
+            bf.mix.ptr(),
+            hc,
+            d,
+            t,
+        )?);
+        Ok(())
+    }
+
+    fn moe(&self, l: usize, shape: Shape, _cap: bool, tm: &mut StageTimer) -> Result<()> {
+        let e = self.w.layers[l].moe.n_experts;
+        moe_forward(
+            &self.gpu,
+            &self.w.layers[l].moe,
+            &self.bufs,
+            self.mi(self.layout.tokens),
+            shape.t,
+            tm,
+        )?;
+        // Keep the expert histogram of this layer for the analytic byte count.
+        self.gpu.copy(
+            &self.bufs.hits,
+            l * (e + 1) * 4,
+            &self.bufs.offsets,
+            0,
+            (e + 1) * 4,
+        )
+    }
+}
+
+/// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`.
+pub(crate) fn moe_forward(
+    g: &Gpu,
+    m: &GMoe,
+    bf: &StepBufs,
+    tokens: u64,
+    t: usize,
+    tm: &mut StageTimer,
+) -> Result<()> {
+    let d = m.w1.cols;
+    let kk = m.top_k;
+    let e = m.n_experts;
+    tm.count(k::linear_f32x(
+        g,
+        &m.router,
+        bf.u_f32.ptr(),
+        d,
+        bf.logits_r.ptr(),
+        t,
+    )?);
+    tm.count(k::moe_route(
+        g,
+        RouteArgs {
+            logits: bf.logits_r.ptr(),
+            experts: e,
+            scoring: m.scoring,
+            bias: m.bias.as_ref().map_or(0, |b| b.ptr()),
+            tid2eid: m.tid2eid.as_ref().map_or(0, |b| b.ptr()),
+            tokens,
+            k: kk,
+            scaling: m.scaling,
+            norm_topk: m.norm_topk,
+            ids: bf.ids.ptr(),
+            wts: bf.wts.ptr(),
+        },
+        t,
+    )?);
+    tm.count(k::moe_plan(
+        g,
+        bf.ids.ptr(),
+        bf.wts.ptr(),
+        t * kk,
+        kk,
+        e,
+        bf.offsets.ptr(),
+        bf.tok_of.ptr(),
+        bf.wt_of.ptr(),
+        bf.slot_of.ptr(),
+    )?);
+    tm.count(k::moe_up(
+        g,
+        &m.w1,
+        &m.w3,
+        bf.u_bf.ptr(),
+        d,
+        bf.offsets.ptr(),
+        bf.tok_of.ptr(),
+        bf.act.ptr(),
+        t,
+        m.limit,
+    )?);
+    tm.count(k::moe_down(
+        g,
+        &m.w2,
+        bf.act.ptr(),
+        bf.offsets.ptr(),
+        bf.wt_of.ptr(),
+        bf.y_slot.ptr(),
+        t,
+    )?);
+    let mut shared = 0u64;
+    if let Some([w1, w3, w2]) = &m.shared {
+        tm.count(k::plan_identity(
+            g,
+            t,
+            bf.sh_offsets.ptr(),
+            bf.sh_tok.ptr(),
+            bf.sh_wt.ptr(),
+        )?);
+        tm.count(k::moe_up(
+            g,
+            w1,
+            w3,
+            bf.u_bf.ptr(),
+            d,
+            bf.sh_offsets.ptr(),
+            bf.sh_tok.ptr(),
+            bf.sh_act.ptr(),
+            t,
+            m.limit,
+        )?);
+        tm.count(k::moe_down(
+            g,
+            w2,
+            bf.sh_act.ptr(),
+            bf.sh_offsets.ptr(),
+            bf.sh_wt.ptr(),
+            bf.sh_y.ptr(),
+            t,
+        )?);
+        shared = bf.sh_y.ptr();
+    }
+    tm.count(k::moe_combine(
+        g,
+        bf.y_slot.ptr(),
+        bf.slot_of.ptr(),
+        kk,
+        shared,
+        d,
+        bf.moe_out.ptr(),
+        t,
+    )?);
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! The MoE pipeline (router → top-k → plan → grouped SwiGLU experts → weighted down projection →
+//! combine with the shared expert) at V4-Flash widths (D 4096, I 2048) with NVFP4, MXFP4 and
+//! BF16 experts, against `MoeBlock::forward`.
+
+use super::super::{bf16_round, gpu, rel_l2, to_bf16_bits};
+use super::{linear_of, randn};
+use crate::config::{ModelConfig, ScoringFunc};
+use crate::device::cuda::model::layer::moe_forward;
+use crate::device::cuda::state::{Limits, StepBufs};
+use crate::device::cuda::timer::StageTimer;
+use crate::device::cuda::weights::GMoe;
+use crate::model::deepseek_v4::synthetic::TinySpec;
+use crate::ops::moe::{Expert, MoeBlock, Router, Selection};
+use crate::profile::StageClock;
+use crate::rng::Rng;
+use crate::tensor::Mat;
+
+fn block(rng: &mut Rng, fmt: &str, e: usize, d: usize, i: usize, k: usize, hash: bool) -> MoeBlock {
+    let expert = |rng: &mut Rng, f: &str| Expert {
+        w1: linear_of(f, &randn(rng, i * d, 0.02), i, d),
+        w3: linear_of(f, &randn(rng, i * d, 0.02), i, d),
+        w2: linear_of(f, &randn(rng, d * i, 0.02), d, i),
+        limit: 10.0,
+    };
+    let selection = if hash {
+        Selection::Hash {
+            tid2eid: (0..64 * k).map(|j| ((j * 7 + j / k) % e) as u32).collect(),
+            vocab: 64,
+        }
+    } else {
+        Selection::TopK {
+            bias: randn(rng, e, 0.1),
+        }
+    };
+    MoeBlock {
+        router: Router {
+            weight: linear_of("bf16", &randn(rng, e * d, 0.02), e, d),
+            selection,
+            scoring: ScoringFunc::SqrtSoftplus,
+            top_k: k,
+            routed_scaling_factor: 1.5,
+            norm_topk_prob: true,
+        },
+        experts: (0..e).map(|_| expert(rng, fmt)).collect(),
+        shared: Some(expert(rng, "fp8b_e8m0")),
+    }
+}
+
+#[test]
+fn moe_matches_the_cpu_at_v4_widths() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(9);
+    let (e, d, i, k) = (8usize, 4096usize, 2048usize, 3usize);
+    let spec = TinySpec {
+        hidden: d,
+        moe_inter: i,
+        experts: e,
+        top_k: k,
+        ..TinySpec::default()
+    };
+    let cfg = ModelConfig::from_json_str(&spec.config_json().to_string(), "test").unwrap();
+    let lim = Limits {
+        tokens: 64,
+        seqs: 8,
+        max_len: 64,
+    };
+    let bufs = StepBufs::new(&g, &cfg, lim, g.info.sms).unwrap();
+    for (fmt, hash) in [("nvfp4", false), ("mxfp4", false), ("bf16", true)] {
+        let mb = block(&mut rng, fmt, e, d, i, k, hash);
+        let gm = GMoe::upload(&g, 0, &mb).unwrap();
+        for t in [1usize, 16, 64] {
+            let x = bf16_round(&randn(&mut rng, t * d, 1.0));
+            let tokens: Vec<u32> = (0..t).map(|j| (j * 13 % 64) as u32).collect();
+            let want = mb
+                .forward(
+                    &Mat::from_vec(t, d, x.clone()),
+                    &tokens,
+                    &mut StageClock::default(),
+                )
+                .unwrap();
+            g.write(&bufs.u_f32, 0, &x).unwrap();
+            g.write(&bufs.u_bf, 0, &to_bf16_bits(&x)).unwrap();
+            let toks: Vec<i32> = tokens.iter().map(|&v| v as i32).collect();
+            let tb = g.upload(&toks).unwrap();
+            g.memset(&bufs.moe_out, 0xff).unwrap();
+            let mut tm = StageTimer::new(false);
+            moe_forward(&g, &gm, &bufs, tb.ptr(), t, &mut tm).unwrap();
+            let got: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
+            let err = rel_l2(&got, &want.data);
+            println!("moe {fmt} hash={hash} t={t}: rel l2 {err:.2e}");
+            assert!(err <= super::TOL, "moe {fmt} t={t}: {err:.3e}");
+        }
+    }
+}

@@ -1,0 +1,155 @@
+// Shared device helpers for every amdahl kernel module. NVRTC compiles each module with this
+// header prepended (no system headers are needed): bf16 / e4m3 / e8m0 / e2m1 conversions, warp
+// and block reductions, and the fixed-width integer names the modules use.
+//
+// Conventions: activations are f32 or bf16 (stored as `unsigned short`), row-major; every size
+// and offset that varies between steps is read from device memory, so a captured CUDA graph
+// replays correctly with new metadata.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define NEG_INF (__int_as_float(0xff800000))
+#define POS_INF (__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float bf2f(u16 x) { return __uint_as_float(((u32)x) << 16); }
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ u16 f2bf(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+__device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
+    return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16);
+}
+
+__device__ __forceinline__ float bf_lo(u32 p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float bf_hi(u32 p) { return __uint_as_float(p & 0xffff0000u); }
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    u32 s = (u32)(h >> 15) << 31;
+    u32 e = (h >> 10) & 0x1f;
+    u32 m = h & 0x3ff;
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-8f;  // 2^-24
+        return s ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+
+// FP8 E4M3FN: bias 7, no infinities, S.1111.111 = NaN, subnormals m·2^-9.
+__device__ __forceinline__ float e4m3_to_f32(u8 b) {
+    u32 s = (u32)(b >> 7) << 31;
+    u32 e = (b >> 3) & 0xf;
+    u32 m = b & 0x7;
+    if (e == 0) {
+        float v = (float)m * 0.001953125f;  // 2^-9
+        return s ? -v : v;
+    }
+    if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+    return __uint_as_float(s | ((e + 120) << 23) | (m << 20));
+}
+
+// E8M0 scale: 2^(b-127); 0xff (NaN) is refused at load time.
+__device__ __forceinline__ float e8m0_to_f32(u8 b) {
+    if (b == 0) return __uint_as_float(0x00400000u);  // 2^-127
+    return __uint_as_float(((u32)b) << 23);
+}
+
+// FP4 E2M1 code (4 bits, sign in bit 3) to f32, without a table (no local memory).
+__device__ __forceinline__ float e2m1_to_f32(u32 c) {
+    const u32 m = c & 7u;
+    const u32 bits = (m < 2u) ? (m ? 0x3f000000u : 0u) : (((126u + (m >> 1)) << 23) | ((m & 1u) << 22));
+    return __uint_as_float(bits | ((c & 8u) << 28));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block; `scratch` holds >= 32 floats. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int i = 0; i < nw; i++) t += scratch[i];
+    return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = NEG_INF;
+    for (int i = 0; i < nw; i++) t = fmaxf(t, scratch[i]);
+    return t;
+}
+
+// Exclusive prefix sum of `v` over the block (in thread order); `scratch` holds >= 33 ints.
+// Returns the exclusive prefix; `*total` gets the block total.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int* total) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) scratch[warp] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0;
+        for (int i = 0; i < nw; i++) {
+            int t = scratch[i];
+            scratch[i] = acc;
+            acc += t;
+        }
+        scratch[32] = acc;
+    }
+    __syncthreads();
+    int r = scratch[warp] + x - v;
+    *total = scratch[32];
+    __syncthreads();
+    return r;
+}
+
+// Order-preserving map of a float to an unsigned key (larger float => larger key).
+__device__ __forceinline__ u32 float_key(float f) {
+    u32 u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Rotary embedding of one (even, odd) pair by angle pos * inv_freq (angles formed in f32,
+// cos/sin in f64 like the CPU reference), times `scale`; `sign` -1 rotates back.
+__device__ __forceinline__ void rope_pair(float* x0, float* x1, float inv_freq, int pos,
+                                          float scale, float sign) {
+    float a = inv_freq * (float)pos;
+    float c = (float)cos((double)a) * scale;
+    float s = sign * (float)sin((double)a) * scale;
+    float a0 = *x0, a1 = *x1;
+    *x0 = a0 * c - a1 * s;
+    *x1 = a1 * c + a0 * s;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }

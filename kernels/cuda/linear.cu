@@ -1,0 +1,457 @@
+// Linear layers y = x · Wᵀ on tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate) with the
+// weight kept in its stored format and dequantized to bf16 in registers: bf16, f32, f16, DeepSeek
+// FP8 with 128×128 block scales (E8M0 or f32), FP8 per-tensor, NVFP4 (E4M3 per 16 + f32 global),
+// MXFP4 (E8M0 per 32). A block owns 16 weight rows; its 8 warps split K; the 16×(8·NT) tile of a
+// token group is reduced across warps in shared memory. Weights are read once per token group,
+// so for decode (≤ 8·NT tokens) every weight byte crosses HBM exactly once.
+//
+// k permutation: a superchunk is 32·V columns, V = 16 bytes of weight / 8 elements (bf16 1, fp8
+// 2, fp4 4). Thread (g = lane/4, t = lane%4) loads 8V contiguous weights of rows n0+g and n0+g+8
+// (16 bytes each) and 8V contiguous activations of token g, all at k = k0 + 8V·t. MMA step s ∈
+// [0, 2V) uses real k = 8Vt+4s+{0,1} as virtual columns {2t, 2t+1} and 8Vt+4s+{2,3} as {2t+8,
+// 2t+9}, for A and B alike, so the dot product is unchanged while every load is a 16-byte one.
+// Each warp takes a contiguous run of superchunks, U at a time with all loads issued first.
+//
+// MoE variants run the same core per expert over the expert's token list (a counting-sort plan):
+// `moe_up` fuses W1 and W3 with the clamped SwiGLU, `moe_down` scales rows by routing weights.
+
+#define FMT_BF16 0
+#define FMT_F32 1
+#define FMT_F16 2
+#define FMT_FP8B_E8M0 3
+#define FMT_FP8B_F32 4
+#define FMT_FP8T 5
+#define FMT_NVFP4 6
+#define FMT_MXFP4 7
+
+#define LIN_WARPS 8
+
+struct WDesc {
+    const u8* w;      // codes or values, [E][N][K] in the format's packing
+    const u8* s;      // block scales
+    const float* g;   // per-expert global scale (FP8 per-tensor scale, NVFP4 scale_2)
+    i64 w_stride;     // bytes per expert
+    i64 s_stride;     // bytes per expert
+    int s_ld;         // scales per row
+    int row_phase;    // FP8 block: rows of the first scale block before row 0
+};
+
+__device__ __forceinline__ void mma_bf16(float c[4], const u32 a[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// FP4 scale of row n at column k: NVFP4 E4M3 per 16 × the global, MXFP4 E8M0 per 32.
+template <int FMT>
+__device__ __forceinline__ float fp4_scale(const WDesc& d, int e, int n, int k) {
+    if (FMT == FMT_NVFP4) return e4m3_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 4)]) * d.g[e];
+    return e8m0_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 5)]);
+}
+
+// 8 E2M1 codes (a u32, low nibble first) to 4 packed bf16 pairs, by byte permutes: the
+// magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} as bf16 have high bytes {00,3f,3f,3f,40,40,40,40} and
+// low bytes {00,00,80,c0,00,40,80,c0}; the sign bit moves to bit 15 of its half.
+__device__ __forceinline__ void fp4x8_to_bf16(u32 v, u32 out[4]) {
+    const u32 mags = v & 0x77777777u;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 sel = (mags >> (16 * h)) & 0xffffu;
+        const u32 hi = __byte_perm(0x3f3f3f00u, 0x40404040u, sel);
+        const u32 lo = __byte_perm(0xc0800000u, 0xc0804000u, sel);
+        const u32 sv = v >> (16 * h);
+        u32 p0 = __byte_perm(lo, hi, 0x5140);
+        u32 p1 = __byte_perm(lo, hi, 0x7362);
+        p0 |= ((sv << 12) & 0x8000u) | ((sv << 24) & 0x80000000u);
+        p1 |= ((sv << 4) & 0x8000u) | ((sv << 16) & 0x80000000u);
+        out[2 * h] = p0;
+        out[2 * h + 1] = p1;
+    }
+}
+
+__device__ __forceinline__ u32 bf2_scale(u32 p, float sc) {
+    return pack_bf2(bf_lo(p) * sc, bf_hi(p) * sc);
+}
+
+// 8 weights of row n at column k (k % 8 == 0, k < K) as f32 (exact for every format).
+template <int FMT>
+__device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, int K, float out[8]) {
+    if (FMT == FMT_BF16 || FMT == FMT_F16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) * 2);
+        u32 h[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (FMT == FMT_BF16) {
+                out[2 * i] = bf_lo(h[i]);
+                out[2 * i + 1] = bf_hi(h[i]);
+            } else {
+                out[2 * i] = f16_to_f32((u16)(h[i] & 0xffff));
+                out[2 * i + 1] = f16_to_f32((u16)(h[i] >> 16));
+            }
+        }
+    } else if (FMT == FMT_F32) {
+        const float4* p = reinterpret_cast<const float4*>(d.w + e * d.w_stride + ((i64)n * K + k) * 4);
+        float4 a = p[0], b = p[1];
+        out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+        out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    } else if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) {
+        const uint2 v = *reinterpret_cast<const uint2*>(d.w + e * d.w_stride + (i64)n * K + k);
+        float sc;
+        if (FMT == FMT_FP8T) {
+            sc = d.g[e];
+        } else {
+            i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
+            if (FMT == FMT_FP8B_E8M0) sc = e8m0_to_f32(d.s[e * d.s_stride + si]);
+            else sc = reinterpret_cast<const float*>(d.s + e * d.s_stride)[si];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 word = i < 4 ? v.x : v.y;
+            out[i] = e4m3_to_f32((u8)((word >> (8 * (i & 3))) & 0xff)) * sc;
+        }
+    } else {  // FP4: NVFP4 or MXFP4, 8 codes in 4 bytes, low nibble = even element
+        const u32 v = *reinterpret_cast<const u32*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
+        const float sc = fp4_scale<FMT>(d, e, n, k);
+        u32 p[4];
+        fp4x8_to_bf16(v, p);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out[2 * i] = bf_lo(p[i]) * sc;
+            out[2 * i + 1] = bf_hi(p[i]) * sc;
+        }
+    }
+}
+
+// The same 8 weights as 4 packed bf16 pairs (the MMA operand).
+template <int FMT>
+__device__ __forceinline__ void load_w8(const WDesc& d, int e, int n, int k, int K, u32 out[4]) {
+    if (FMT == FMT_BF16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) * 2);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    } else {
+        float f[8];
+        load_w8f<FMT>(d, e, n, k, K, f);
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[i] = pack_bf2(f[2 * i], f[2 * i + 1]);
+    }
+}
+
+// 16 bytes of weights per row per thread: elements per load group.
+template <int FMT>
+struct Vec {
+    static constexpr int V = (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) ? 4
+                           : (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) ? 2 : 1;
+};
+
+// 8V weights of row n at column k (all < K) as 4V packed bf16 pairs.
+template <int FMT, int V>
+__device__ __forceinline__ void load_wv(const WDesc& d, int e, int n, int k, int K, u32 out[4 * V]) {
+    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
+        const u32 c[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u32 p[4];
+            fp4x8_to_bf16(c[i], p);
+            const float sc = fp4_scale<FMT>(d, e, n, k + 8 * i);
+#pragma unroll
+            for (int j = 0; j < 4; j++) out[4 * i + j] = bf2_scale(p[j], sc);
+        }
+    } else if (V == 2) {
+        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + (i64)n * K + k);
+        float sc;
+        if (FMT == FMT_FP8T) {
+            sc = d.g[e];
+        } else {
+            i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
+            if (FMT == FMT_FP8B_E8M0) sc = e8m0_to_f32(d.s[e * d.s_stride + si]);
+            else sc = reinterpret_cast<const float*>(d.s + e * d.s_stride)[si];
+        }
+        const u32 c[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const u32 w = c[i] >> (16 * j);
+                out[2 * i + j] = pack_bf2(e4m3_to_f32((u8)(w & 0xff)) * sc, e4m3_to_f32((u8)((w >> 8) & 0xff)) * sc);
+            }
+        }
+    } else {
+        load_w8<FMT>(d, e, n, k, K, out);
+    }
+}
+
+// Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of K.
+// xr[j]: row pointer (bf16) of token j·8 + g of the group, or null.
+template <int FMT, int NT, int DUAL>
+__device__ __forceinline__ void mma_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
+                                         int K, const u16* const xr[NT], float acc0[NT][4],
+                                         float acc1[NT][4]) {
+    constexpr int V = Vec<FMT>::V;
+    constexpr int SC = 32 * V;
+    constexpr int U = (NT >= 4) ? 1 : (DUAL ? (V >= 2 ? 1 : 2) : (V == 4 ? 2 : 4 / V));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
+    const int nsc = (K + SC - 1) / SC;
+    const int per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
+    for (int c0 = c_begin; c0 < c_end; c0 += U) {
+        u32 wa[U][4 * V], wb[U][4 * V], va[U][4 * V], vb[U][4 * V];
+        u32 xv[U][NT][4 * V];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = (c0 + u) * SC + t * 8 * V;
+            const bool live = c0 + u < c_end;
+            if (live && k + 8 * V <= K) {
+                load_wv<FMT, V>(d0, e, r0, k, K, wa[u]);
+                load_wv<FMT, V>(d0, e, r1, k, K, wb[u]);
+                if (DUAL) {
+                    load_wv<FMT, V>(d1, e, r0, k, K, va[u]);
+                    load_wv<FMT, V>(d1, e, r1, k, K, vb[u]);
+                }
+            } else {
+                // Tail (or no work): 8-element groups, zeros past K.
+#pragma unroll
+                for (int q = 0; q < V; q++) {
+                    const int kq = k + 8 * q;
+                    const bool in = live && kq < K;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) wa[u][4 * q + i] = wb[u][4 * q + i] = va[u][4 * q + i] = vb[u][4 * q + i] = 0;
+                    if (in) {
+                        load_w8<FMT>(d0, e, r0, kq, K, &wa[u][4 * q]);
+                        load_w8<FMT>(d0, e, r1, kq, K, &wb[u][4 * q]);
+                        if (DUAL) {
+                            load_w8<FMT>(d1, e, r0, kq, K, &va[u][4 * q]);
+                            load_w8<FMT>(d1, e, r1, kq, K, &vb[u][4 * q]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+#pragma unroll
+                for (int q = 0; q < V; q++) {
+                    const int kq = k + 8 * q;
+                    if (live && kq < K && xr[j] != nullptr) {
+                        const uint4 v = *reinterpret_cast<const uint4*>(xr[j] + kq);
+                        xv[u][j][4 * q] = v.x; xv[u][j][4 * q + 1] = v.y; xv[u][j][4 * q + 2] = v.z; xv[u][j][4 * q + 3] = v.w;
+                    } else {
+                        xv[u][j][4 * q] = xv[u][j][4 * q + 1] = xv[u][j][4 * q + 2] = xv[u][j][4 * q + 3] = 0;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int s = 0; s < 2 * V; s++) {
+                const u32 a[4] = {wa[u][2 * s], wb[u][2 * s], wa[u][2 * s + 1], wb[u][2 * s + 1]};
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_bf16(acc0[j], a, xv[u][j][2 * s], xv[u][j][2 * s + 1]);
+                if (DUAL) {
+                    const u32 b[4] = {va[u][2 * s], vb[u][2 * s], va[u][2 * s + 1], vb[u][2 * s + 1]};
+#pragma unroll
+                    for (int j = 0; j < NT; j++) mma_bf16(acc1[j], b, xv[u][j][2 * s], xv[u][j][2 * s + 1]);
+                }
+            }
+        }
+    }
+}
+
+// Sums the warps' partial tiles into red[0..128·NT) (index j·128 + lane·4 + r), in place.
+template <int NT>
+__device__ __forceinline__ void reduce_warps(float acc[NT][4], float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) red[warp * 128 * NT + j * 128 + lane * 4 + r] = acc[j][r];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < LIN_WARPS; w++) s += red[w * 128 * NT + i];
+        red[i] = s;
+    }
+    __syncthreads();
+}
+
+// Output coordinates of reduced element i: weight row offset (0..15) and token (0..8·NT).
+__device__ __forceinline__ void tile_coord(int i, int* row, int* tok) {
+    const int j = i >> 7, lane = (i >> 2) & 31, r = i & 3;
+    *row = (lane >> 2) + ((r & 2) ? 8 : 0);
+    *tok = j * 8 + 2 * (lane & 3) + (r & 1);
+}
+
+// Dense linear: x [M, ldx] bf16 (K columns used) → y [M, ldy] at column offset 0, f32 or bf16.
+template <int FMT, int NT>
+__device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
+                              int M, int N, int K, int out_bf16) {
+    extern __shared__ float red[];
+    const int n0 = blockIdx.x * 16;
+    const int g = (threadIdx.x & 31) >> 2;
+    for (int m0 = 0; m0 < M; m0 += 8 * NT) {
+        float acc[NT][4];
+        const u16* xr[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+            int m = m0 + j * 8 + g;
+            xr[j] = m < M ? x + (i64)m * ldx : nullptr;
+        }
+        mma_core<FMT, NT, 0>(d, d, 0, n0, N, K, xr, acc, acc);
+        reduce_warps<NT>(acc, red);
+        for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+            int row, tok;
+            tile_coord(i, &row, &tok);
+            int n = n0 + row, m = m0 + tok;
+            if (n < N && m < M) {
+                if (out_bf16) reinterpret_cast<u16*>(y)[(i64)m * ldy + n] = f2bf(red[i]);
+                else reinterpret_cast<float*>(y)[(i64)m * ldy + n] = red[i];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// MoE up projection of expert blockIdx.y over its tokens: act = silu(min(W1x, L)) ⊙ clamp(W3x, ±L),
+// written as bf16 rows at the plan's positions.
+template <int FMT, int NT>
+__device__ void moe_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
+                              const int* __restrict__ offsets, const int* __restrict__ tok_of,
+                              u16* __restrict__ act, int N, int K, float limit) {
+    extern __shared__ float red[];
+    const int e = blockIdx.y;
+    const int start = offsets[e], count = offsets[e + 1] - start;
+    if (count <= 0) return;
+    float* red3 = red + LIN_WARPS * 128 * NT;
+    const int n0 = blockIdx.x * 16;
+    const int g = (threadIdx.x & 31) >> 2;
+    for (int m0 = 0; m0 < count; m0 += 8 * NT) {
+        float a1[NT][4], a3[NT][4];
+        const u16* xr[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            a1[j][0] = a1[j][1] = a1[j][2] = a1[j][3] = 0.f;
+            a3[j][0] = a3[j][1] = a3[j][2] = a3[j][3] = 0.f;
+            int m = m0 + j * 8 + g;
+            xr[j] = m < count ? x + (i64)tok_of[start + m] * ldx : nullptr;
+        }
+        mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, xr, a1, a3);
+        reduce_warps<NT>(a1, red);
+        reduce_warps<NT>(a3, red3);
+        for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+            int row, tok;
+            tile_coord(i, &row, &tok);
+            int n = n0 + row, m = m0 + tok;
+            if (n < N && m < count) {
+                float gte = fminf(red[i], limit);
+                float up = fminf(fmaxf(red3[i], -limit), limit);
+                float v = gte / (1.f + expf(-gte)) * up;
+                act[(i64)(start + m) * N + n] = f2bf(v);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// MoE down projection of expert blockIdx.y: y[pos] = w[pos] · W2 act[pos] (f32 rows of [T·k, N]).
+template <int FMT, int NT>
+__device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
+                                const int* __restrict__ offsets, const float* __restrict__ wt,
+                                float* __restrict__ y, int N, int K) {
+    extern __shared__ float red[];
+    const int e = blockIdx.y;
+    const int start = offsets[e], count = offsets[e + 1] - start;
+    if (count <= 0) return;
+    const int n0 = blockIdx.x * 16;
+    const int g = (threadIdx.x & 31) >> 2;
+    for (int m0 = 0; m0 < count; m0 += 8 * NT) {
+        float acc[NT][4];
+        const u16* xr[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+            int m = m0 + j * 8 + g;
+            xr[j] = m < count ? act + (i64)(start + m) * K : nullptr;
+        }
+        mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, xr, acc, acc);
+        reduce_warps<NT>(acc, red);
+        for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+            int row, tok;
+            tile_coord(i, &row, &tok);
+            int n = n0 + row, m = m0 + tok;
+            if (n < N && m < count) y[(i64)(start + m) * N + n] = red[i] * wt[start + m];
+        }
+        __syncthreads();
+    }
+}
+
+#define LINEAR_ENTRY(NAME, FMT, NT)                                                              \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(                    \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {   \
+        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                            \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(                    \
+        WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,        \
+        u16* act, int N, int K, float limit) {                                                   \
+        moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act, N, K, limit);               \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_down_##NAME##_nt##NT(                  \
+        WDesc w2, const u16* act, const int* offsets, const float* wt, float* y, int N, int K) { \
+        moe_down_kernel<FMT, NT>(w2, act, offsets, wt, y, N, K);                                 \
+    }
+
+#define LINEAR_FORMAT(NAME, FMT) \
+    LINEAR_ENTRY(NAME, FMT, 1)   \
+    LINEAR_ENTRY(NAME, FMT, 2)   \
+    LINEAR_ENTRY(NAME, FMT, 4)   \
+    LINEAR_ENTRY(NAME, FMT, 8)
+
+LINEAR_FORMAT(bf16, FMT_BF16)
+LINEAR_FORMAT(f32, FMT_F32)
+LINEAR_FORMAT(f16, FMT_F16)
+LINEAR_FORMAT(fp8b_e8m0, FMT_FP8B_E8M0)
+LINEAR_FORMAT(fp8b_f32, FMT_FP8B_F32)
+LINEAR_FORMAT(fp8t, FMT_FP8T)
+LINEAR_FORMAT(nvfp4, FMT_NVFP4)
+LINEAR_FORMAT(mxfp4, FMT_MXFP4)
+
+// f32-input linear for small, selection-sensitive projections (the MoE router): one warp per
+// (row n, token m), weights dequantized from any dense format. y [M, N] f32.
+template <int FMT>
+__device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx,
+                                   float* __restrict__ y, int M, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const i64 wid = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (i64)M * N) return;
+    const int n = (int)(wid % N), m = (int)(wid / N);
+    float s = 0.f;
+    for (int k = lane * 8; k < K; k += 256) {
+        float w[8];
+        load_w8f<FMT>(d, 0, n, k, K, w);
+        const float* xp = x + (i64)m * ldx + k;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s += w[i] * xp[i];
+    }
+    s = warp_sum(s);
+    if (lane == 0) y[(i64)m * N + n] = s;
+}
+
+#define F32X_ENTRY(NAME, FMT)                                                             \
+    extern "C" __global__ void linear_f32x_##NAME(WDesc d, const float* x, int ldx, float* y, \
+                                                 int M, int N, int K) {                   \
+        linear_f32x_kernel<FMT>(d, x, ldx, y, M, N, K);                                   \
+    }
+
+F32X_ENTRY(bf16, FMT_BF16)
+F32X_ENTRY(f32, FMT_F32)
+F32X_ENTRY(f16, FMT_F16)
+F32X_ENTRY(fp8b_e8m0, FMT_FP8B_E8M0)
+F32X_ENTRY(fp8b_f32, FMT_FP8B_F32)
+F32X_ENTRY(fp8t, FMT_FP8T)
+F32X_ENTRY(nvfp4, FMT_NVFP4)
+F32X_ENTRY(mxfp4, FMT_MXFP4)

@@ -1,0 +1,166 @@
+// MoE routing (model-spec §3.3 "MoE"): scores s = f(router logits) with f ∈ {sqrt∘softplus (0),
+// sigmoid (1), softmax (2)}; hash layers read tid2eid, others take the top-k of s + bias (bias
+// only selects; ties to the lower index). Weights = chosen scores, normalized when asked, times
+// the routed scaling factor. Then a deterministic counting-sort plan groups the (token, slot)
+// assignments by expert for the grouped expert kernels (linear.cu), and the combine sums each
+// token's k expert rows plus the shared expert.
+
+#define ROUTE_MAXE 384
+#define ROUTE_MAXK 16
+
+// One warp per token.
+extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, int T, int scoring,
+                                     const float* __restrict__ bias, const int* __restrict__ tid2eid,
+                                     const int* __restrict__ tokens, int k, float scaling,
+                                     int norm_topk, int* __restrict__ ids, float* __restrict__ wts) {
+    const int lane = threadIdx.x & 31;
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= T) return;
+    const float* l = logits + (i64)t * E;
+    float s[ROUTE_MAXE / 32];
+    float mx = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAXE / 32; i++) {
+        int e = lane + 32 * i;
+        float v = e < E ? l[e] : NEG_INF;
+        s[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAXE / 32; i++) {
+        int e = lane + 32 * i;
+        float v = s[i];
+        if (e < E) {
+            if (scoring == 0) v = sqrtf(v > 20.f ? v : log1pf(expf(v)));
+            else if (scoring == 1) v = 1.f / (1.f + expf(-v));
+            else { v = expf(v - mx); sum += v; }
+        }
+        s[i] = v;
+    }
+    if (scoring == 2) {
+        sum = warp_sum(sum);
+#pragma unroll
+        for (int i = 0; i < ROUTE_MAXE / 32; i++) s[i] /= sum;
+    }
+    int chosen[ROUTE_MAXK];
+    if (tid2eid != nullptr) {
+        for (int j = 0; j < k; j++) chosen[j] = tid2eid[(i64)tokens[t] * k + j];
+    } else {
+        float key[ROUTE_MAXE / 32];
+#pragma unroll
+        for (int i = 0; i < ROUTE_MAXE / 32; i++) {
+            int e = lane + 32 * i;
+            key[i] = e < E ? s[i] + (bias ? bias[e] : 0.f) : NEG_INF;
+        }
+        for (int j = 0; j < k; j++) {
+            float bv = NEG_INF;
+            int be = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < ROUTE_MAXE / 32; i++) {
+                int e = lane + 32 * i;
+                if (e < E && (key[i] > bv || (key[i] == bv && e < be))) {
+                    bv = key[i];
+                    be = e;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (ov > bv || (ov == bv && oe < be)) {
+                    bv = ov;
+                    be = oe;
+                }
+            }
+            chosen[j] = be;
+#pragma unroll
+            for (int i = 0; i < ROUTE_MAXE / 32; i++)
+                if (lane + 32 * i == be) key[i] = NEG_INF;
+        }
+    }
+    // The chosen experts' unbiased scores (each held by lane e % 32).
+    float w[ROUTE_MAXK];
+    float wsum = 0.f;
+    for (int j = 0; j < k; j++) {
+        int e = chosen[j];
+        float v = 0.f;
+#pragma unroll
+        for (int i = 0; i < ROUTE_MAXE / 32; i++)
+            if (lane + 32 * i == e) v = s[i];
+        v = __shfl_sync(0xffffffffu, v, e & 31);
+        w[j] = v;
+        wsum += v;
+    }
+    if (lane == 0) {
+        for (int j = 0; j < k; j++) {
+            float v = w[j];
+            if (norm_topk) v /= (wsum + 1e-20f);
+            ids[(i64)t * k + j] = chosen[j];
+            wts[(i64)t * k + j] = v * scaling;
+        }
+    }
+}
+
+// Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
+// order, slot_of[a] = the position of assignment a. One block; deterministic.
+extern "C" __global__ void __launch_bounds__(1024) moe_plan(
+    const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
+    int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
+    int* __restrict__ slot_of) {
+    __shared__ int cnt[ROUTE_MAXE + 1];
+    extern __shared__ int sid[];  // the assignments' experts, n ints
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = ids[a];
+    __syncthreads();
+    for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0;
+        for (int e = 0; e < E; e++) {
+            int c = cnt[e];
+            cnt[e] = acc;
+            offsets[e] = acc;
+            acc += c;
+        }
+        offsets[E] = acc;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int pos = cnt[e];
+        for (int a = 0; a < n; a++) {
+            if (sid[a] == e) {
+                tok_of[pos] = a / k;
+                wt_of[pos] = wts[a];
+                slot_of[a] = pos;
+                pos++;
+            }
+        }
+    }
+}
+
+// The plan of a dense expert every token goes through with weight 1 (the shared expert).
+extern "C" __global__ void plan_identity(int T, int* __restrict__ offsets, int* __restrict__ tok_of,
+                                         float* __restrict__ wt_of) {
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
+        tok_of[t] = t;
+        wt_of[t] = 1.f;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        offsets[0] = 0;
+        offsets[1] = T;
+    }
+}
+
+// out[t] = Σ_j y[slot_of[t·k + j]] (+ shared[t]).
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ slot_of,
+                                       int k, const float* __restrict__ shared, int D,
+                                       float* __restrict__ out) {
+    const int t = blockIdx.y;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= D) return;
+    float v = shared ? shared[(i64)t * D + c] : 0.f;
+    for (int j = 0; j < k; j++) v += y[(i64)slot_of[t * k + j] * D + c];
+    out[(i64)t * D + c] = v;
+}

@@ -1,0 +1,50 @@
+// Device-side helpers: deterministic random fills for dummy-weight benchmarks (a model of real
+// V4-Flash widths is generated on the GPU, never on the host), and small copies.
+
+__device__ __forceinline__ u32 hash_u32(u64 x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (u32)x;
+}
+
+// Uniform f32 in [-1, 1) from (seed, index).
+__device__ __forceinline__ float hash_unit(u64 seed, u64 i) {
+    return (float)(hash_u32(seed * 0x9e3779b97f4a7c15ull + i) >> 8) * (2.f / 16777216.f) - 1.f;
+}
+
+// Random bytes; `kind` 0: any byte; 1: E4M3 codes with exponent field in [lo, hi] (finite,
+// moderate magnitudes); 2 / 3: scale bytes (E8M0 / positive E4M3) uniform in [lo, hi].
+extern "C" __global__ void fill_bytes(u8* __restrict__ p, i64 n, u64 seed, int kind, int lo, int hi) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        u32 r = hash_u32(seed * 0x9e3779b97f4a7c15ull + (u64)i);
+        u8 b = (u8)(r & 0xff);
+        if (kind == 1) b = (u8)((r & 0x80u) | ((u32)(lo + (int)((r >> 8) % (u32)(hi - lo + 1))) << 3) | ((r >> 16) & 7u));
+        if (kind == 2 || kind == 3) b = (u8)(lo + (int)(r % (u32)(hi - lo + 1)));
+        p[i] = b;
+    }
+}
+
+// Uniform values in [-scale, scale) + offset: bf16 (is_bf16) or f32.
+extern "C" __global__ void fill_values(void* __restrict__ p, i64 n, u64 seed, float scale,
+                                       float offset, int is_bf16) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        float v = hash_unit(seed, (u64)i) * scale + offset;
+        if (is_bf16) reinterpret_cast<u16*>(p)[i] = f2bf(v);
+        else reinterpret_cast<float*>(p)[i] = v;
+    }
+}
+
+// Random ints in [0, mod).
+extern "C" __global__ void fill_ints(int* __restrict__ p, i64 n, u64 seed, int mod) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        p[i] = (int)(hash_u32(seed * 0x9e3779b97f4a7c15ull + (u64)i) % (u32)mod);
+}
+
+// Streaming copy (bandwidth probe): dst[i] = src[i] as 16-byte words.
+extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __restrict__ dst, i64 n) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}

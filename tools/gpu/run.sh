@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One GPU-machine session of amdahl's GPU checks, run from the repository root there:
+#   bash tools/gpu/run.sh [tests] [profile] [peers]
+# Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
+# engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
+# in .gpu/kcache (`amdahl kernels --arch 90 --cache .gpu/kcache`). Logs go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export AMDAHL_KERNEL_CACHE=$PWD/.gpu/kcache AMDAHL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0 RUST_LOG=${RUST_LOG:-warn}
+what=${*:-tests profile}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+if [[ " $what " == *" tests "* ]]; then
+  : >"$OUT/tests.log"
+  pass=0; fail=0; failed=()
+  for t in $(.gpu/engine-tests device::cuda --list 2>/dev/null | sed -n 's/: test$//p'); do
+    s=$(date +%s%N)
+    if timeout 240 .gpu/engine-tests "$t" --exact --nocapture --test-threads 1 >"$OUT/t.log" 2>&1; then
+      pass=$((pass+1)); r=ok
+    else
+      fail=$((fail+1)); failed+=("$t"); r=FAILED
+    fi
+    ms=$(( ($(date +%s%N) - s) / 1000000 ))
+    echo "=== $r $t (${ms} ms)" >>"$OUT/tests.log"
+    grep -v '^$' "$OUT/t.log" | tail -n 40 >>"$OUT/tests.log"
+  done
+  echo "GPU tests: $pass passed, $fail failed ${failed[*]:-}" | tee -a "$OUT/tests.log"
+  # The first failure again under compute-sanitizer, to name a faulting kernel.
+  if [ "$fail" -gt 0 ] && command -v compute-sanitizer >/dev/null; then
+    timeout 150 compute-sanitizer --tool memcheck --print-limit 5 .gpu/engine-tests "${failed[0]}" --exact --test-threads 1 \
+      >"$OUT/sanitizer.log" 2>&1 || true
+    tail -n 60 "$OUT/sanitizer.log" >>"$OUT/tests.log"
+  fi
+fi
+if [[ " $what " == *" cli "* ]]; then
+  {
+    echo "--- generate"
+    .gpu/amdahl generate --device cuda:0 --prompt "17*23=" --max-tokens 8
+    echo "--- logits cuda vs cpu (fixture csa_hca8_yarn, three paths)"
+    fx=tests/fixtures/v4/csa_hca8_yarn
+    for mode in full incremental chunked; do
+      .gpu/amdahl logits --model $fx --input $fx/golden.safetensors --mode $mode --prefix 5 --chunk 7 --device cuda:0 --output /tmp/g_$mode.st
+    done
+    .gpu/amdahl logits --model $fx --input $fx/golden.safetensors --output /tmp/c.st
+    python3 - <<'PY'
+from safetensors.numpy import load_file
+import numpy as np
+c = load_file("/tmp/c.st")["logits"]
+for m in ["full", "incremental", "chunked"]:
+    g = load_file(f"/tmp/g_{m}.st")["logits"]
+    print(m, "rel l2 %.2e" % (np.linalg.norm(g - c) / np.linalg.norm(c)), "max|d|/max|c| %.2e" % (np.abs(g - c).max() / np.abs(c).max()))
+PY
+    echo "--- serve on cuda:0"
+    .gpu/amdahl serve --device cuda:0 --port 0 >/tmp/serve.log 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do url=$(sed -n 's/^listening on //p' /tmp/serve.log); [ -n "$url" ] && break; sleep 0.2; done
+    curl -s "$url/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"17*23=","max_tokens":8,"temperature":0}'; echo
+    curl -s "$url/metrics" | grep -E '^amdahl_stage_seconds_total' | head -12
+    kill -TERM $pid; wait $pid
+    tail -n 5 /tmp/serve.log
+  } >"$OUT/cli.log" 2>&1
+  cat "$OUT/cli.log" | head -60
+fi
+if [[ " $what " == *" profile "* ]]; then
+  timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+    --expert-format nvfp4 --steps 20 --json "$OUT/profile.json" >"$OUT/profile.txt" 2>&1
+  echo "profile rc=$?" >>"$OUT/profile.txt"
+  tail -n 80 "$OUT/profile.txt"
+  if [ -n "${MXFP4:-}" ]; then
+    timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
+    head -n 20 "$OUT/profile_mxfp4.txt"
+  fi
+fi
+echo "total $(( $(date +%s) - t0 )) s"

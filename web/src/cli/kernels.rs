@@ -1,0 +1,38 @@
+//! `amdahl kernels`: compiles every CUDA kernel module with NVRTC for an architecture into the
+//! kernel cache, without a GPU. CI runs it as the kernels' compile check; a cache filled here can
+//! be carried to a GPU machine with the same NVRTC version, which then starts without compiling.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Compute capability as a number (90 = sm_90, H100/H200).
+    #[arg(long, default_value_t = 90)]
+    arch: u32,
+    /// Cache folder (default: $AMDAHL_KERNEL_CACHE or ~/.cache/amdahl/kernels).
+    #[arg(long)]
+    cache: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let dir = a
+        .cache
+        .unwrap_or_else(amdahl_engine::device::kernel_cache_dir);
+    let done = amdahl_engine::device::compile_all(a.arch, &dir)
+        .with_context(|| format!("compiling the kernels for sm_{}", a.arch))?;
+    for (m, secs, cached) in &done {
+        println!(
+            "{m:<10} sm_{} {}",
+            a.arch,
+            if *cached {
+                "cached".to_string()
+            } else {
+                format!("compiled in {secs:.1} s")
+            }
+        );
+    }
+    println!("{} modules ready in {}", done.len(), dir.display());
+    Ok(())
+}
