@@ -4,9 +4,12 @@
 # Saves target/dashboard-artifacts/dashboard.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x /usr/bin/chromium ]; then
+need=()
+[ -x /usr/bin/chromium ] || need+=(chromium)
+command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 cargo build --quiet -p amdahl
 (cd dashboard/browser-test && npm ci --no-audit --no-fund --loglevel=error)
