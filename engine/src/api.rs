@@ -261,10 +261,12 @@ impl EngineHandle {
             .map_err(|_| EngineError::Shutdown)
     }
 
-    /// Ends a request as `stop` because the edge matched a stop string in its text (the caller
-    /// then drops the receiver). Fire and forget: a request that already ended is ignored.
-    pub fn stop(&self, seq: SeqId) {
-        self.coord.do_send(StopSeq(seq));
+    /// Ends a request as `stop` because the edge matched a stop string in its text. Returns once
+    /// the coordinator has ended it, so the caller drops the receiver only afterwards (dropping
+    /// it first would race the next step, which would see a closed stream and count a client
+    /// that left). A request that already ended is ignored.
+    pub async fn stop(&self, seq: SeqId) {
+        let _ = self.coord.send(StopSeq(seq)).await;
     }
 
     /// Cancels a request on the client's explicit request (dropping the receiver does the same

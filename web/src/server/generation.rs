@@ -126,7 +126,7 @@ impl Generation {
                         Ok(d) => {
                             chunk.text.push_str(&d.text);
                             if let Some(stop) = d.stop {
-                                self.engine.stop(self.seq);
+                                self.engine.stop(self.seq).await;
                                 chunk.done = Some(self.stopped_by_string(stop.0));
                                 break;
                             }
