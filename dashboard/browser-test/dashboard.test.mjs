@@ -80,10 +80,12 @@ test("dashboard streams a playground answer and updates the stage panel", { time
     assert.ok(seen.length >= 2, `streamed in one piece: ${JSON.stringify(seen)}`);
     for (const s of seen) assert.ok(answer.startsWith(s), `${JSON.stringify(s)} is not a prefix`);
 
-    // The stage panel shows the new decode steps, with a row per busy stage, and the report
-    // has sentences.
-    await page.waitForFunction((before) =>
-      Number(document.querySelector("#stage-panel")?.dataset.steps) > before, stepsBefore, { timeout: 10_000 });
+    // The stage panel shows the new decode steps (the answer's tokens after the first), with a
+    // row per busy stage, and the report has sentences.
+    const tokens = Number((await page.textContent("#playground-status")).match(/(\d+) tokens/)[1]);
+    await page.waitForFunction(([before, n]) =>
+      Number(document.querySelector("#stage-panel")?.dataset.steps) >= before + n - 1,
+      [stepsBefore, tokens], { timeout: 10_000 });
     const rows = await page.locator("#stage-panel table.stages tr").count();
     assert.ok(rows >= 4, `stage rows: ${rows}`);
     const moe = await page.locator("#stage-panel td", { hasText: "moe" }).count();

@@ -44,7 +44,8 @@ pub fn stages(s: &Snapshot, phase: &str) -> AnyView {
                 })
                 .collect_view();
             view! {
-                <h3>{format!("{}: {} {phase} steps, {} per step", d.device, p.steps, ms(p.mean_step_ms))}</h3>
+                <h3>{format!("{}: {} {phase} step{}, {} per step", d.device, p.steps,
+                    if p.steps == 1 { "" } else { "s" }, ms(p.mean_step_ms))}</h3>
                 <StackedBar parts=parts/>
                 <table class="stages">
                     <tr><th>"stage"</th><th class="num">"share"</th><th class="num">"per step"</th><th></th>

@@ -110,10 +110,11 @@ pub(super) fn build(i: &Inputs<'_>) -> Snapshot {
         let mean_ms = 1e3 * g.wall / g.steps.max(1) as f64;
         let sentences = r.sentences(g.phase);
         report.push(format!(
-            "{} on {}: {} steps, {:.2} ms per step; stage timing covers {:.0}% of it",
+            "{} on {}: {} step{}, {:.2} ms per step; stage timing covers {:.0}% of it",
             g.phase,
             g.device,
             g.steps,
+            if g.steps == 1 { "" } else { "s" },
             mean_ms,
             100.0 * covered
         ));

@@ -130,3 +130,105 @@ async fn profile_every_samples_every_nth_step_and_subscribers_get_snapshots() {
     assert!(pushed.seq > first);
     assert_eq!(pushed.profile.profiled_steps, profiled);
 }
+
+/// What a GPU backend reports (peaks with an SM count, device-timed stages, launches) reaches
+/// the snapshot and the metrics, keyed by its device label.
+#[actix_rt::test]
+async fn a_gpu_style_step_report_reaches_snapshot_and_metrics() {
+    use actix::Actor;
+
+    use crate::actors::telemetry::{DeviceReady, GetSnapshot, StepReport, Telemetry};
+    use crate::metrics::Metrics;
+    use crate::profile::occupancy::Occupancy;
+    use crate::profile::report::Peaks;
+    use crate::profile::{Stage, StageClock};
+
+    let m = std::sync::Arc::new(Metrics::new(1024).unwrap());
+    let t = Telemetry::new(m.clone(), "big".into(), 8).start();
+    t.send(DeviceReady {
+        device: "cuda:0".into(),
+        peaks: Peaks {
+            bandwidth: 4e12,
+            flops: 9e14,
+        },
+        multiprocessors: Some(132),
+    })
+    .await
+    .unwrap();
+    let ms = Duration::from_millis;
+    for _ in 0..3 {
+        let mut clock = StageClock::default();
+        clock.add(Stage::Attention, ms(2));
+        clock.add(Stage::Moe, ms(6));
+        // 20 GB at 4 TB/s: a 5 ms floor against 6 ms measured.
+        clock.charge(Stage::Moe, 20_000_000_000, 0);
+        let mut occ = Occupancy::new(132);
+        occ.launch(Stage::Moe, 264);
+        occ.launch(Stage::Attention, 64);
+        t.send(StepReport {
+            device: "cuda:0".into(),
+            phase: "decode",
+            batch: 32,
+            tokens: 32,
+            elapsed: ms(10),
+            profiled: true,
+            clock,
+            occupancy: Some(occ),
+            profile_overhead: Duration::from_micros(20),
+            cache_bytes: 1 << 30,
+            itl: vec![0.010; 32],
+            ttft: Vec::new(),
+            generated: 32,
+        })
+        .await
+        .unwrap();
+    }
+    let s = t.send(GetSnapshot).await.unwrap();
+    assert_eq!(s.profile.every, 8);
+    let d = &s.devices[0];
+    assert_eq!(
+        (d.device.as_str(), d.multiprocessors),
+        ("cuda:0", Some(132))
+    );
+    let p = s.phase("cuda:0", "decode").unwrap();
+    assert_eq!(p.steps, 3);
+    let moe = p.stages.iter().find(|x| x.stage == "moe").unwrap();
+    assert!((moe.share - 0.6).abs() < 1e-9);
+    assert!((moe.efficiency.unwrap() - 5.0 / 6.0).abs() < 1e-9);
+    let other = p.stages.iter().find(|x| x.stage == "other").unwrap();
+    assert!((other.share - 0.2).abs() < 1e-9);
+    let att = p.occupancy.iter().find(|o| o.stage == "attention").unwrap();
+    assert_eq!(
+        (att.launches, att.sms, att.under_filled_launches),
+        (3, 132, 3)
+    );
+    let moe_occ = p.occupancy.iter().find(|o| o.stage == "moe").unwrap();
+    assert_eq!((moe_occ.blocks_min, moe_occ.blocks_max), (264, 264));
+    assert!((s.profile.overhead_ratio - 20e-6 / 10e-3).abs() < 1e-12);
+    assert!(
+        s.report
+            .iter()
+            .any(|w| w.starts_with("moe is 60% of decode") && w.contains("83% of its byte floor")),
+        "{:?}",
+        s.report
+    );
+    let text = m.encode();
+    for series in [
+        "amdahl_stage_kernel_launches_total{device=\"cuda:0\",stage=\"moe\"} 3",
+        "amdahl_stage_blocks_total{device=\"cuda:0\",stage=\"moe\"} 792",
+        "amdahl_stage_under_filled_launches_total{device=\"cuda:0\",stage=\"attention\"} 3",
+        "amdahl_device_multiprocessors{device=\"cuda:0\"} 132",
+        "amdahl_device_peak_bandwidth_bytes_per_second{device=\"cuda:0\"} 4000000000000",
+    ] {
+        assert!(text.contains(series), "{series} missing");
+    }
+    // The 5 Hz tick mirrors the window into the efficiency gauge.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let text = m.encode();
+    assert!(
+        text.contains(
+            "amdahl_stage_roofline_efficiency_ratio{device=\"cuda:0\",phase=\"decode\",stage=\"moe\"} 0.833"
+        ),
+        "efficiency gauge missing"
+    );
+}
