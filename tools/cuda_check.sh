@@ -13,9 +13,7 @@ if ! find "$venv" -name 'libnvrtc.so.13' 2>/dev/null | grep -q .; then
 fi
 lib=$(cd "$(dirname "$(find "$venv" -name libnvrtc.so.13 | head -n 1)")" && pwd)
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Clippy over every target with the feature on type-checks the binary and the GPU tests too.
 cargo clippy -p amdahl-engine -p amdahl --all-targets --features amdahl/cuda -- -D warnings
-cargo build -p amdahl --features cuda
 AMDAHL_REQUIRE_NVRTC=1 AMDAHL_KERNEL_CACHE="$PWD/target/kernel-cache" \
   cargo test -p amdahl-engine --features cuda device::cuda
-# The binary's own compile path too (fills the cache a GPU machine can reuse).
-target/debug/amdahl kernels --arch 90 --cache target/kernel-cache
