@@ -274,16 +274,7 @@ impl Backend for CudaBackend {
             tm.charge(&mut clock)?;
             occupancy = Some(tm.occupancy(self.model.gpu.info.sms as u32));
             profile_overhead = self.event_cost * tm.marks() as u32;
-            let e = self.model.cfg.n_routed_experts;
-            let hits: Vec<i32> = self.model.gpu.read(
-                &self.model.bufs.hits,
-                0,
-                self.model.cfg.num_layers * (e + 1),
-            )?;
-            let touched: Vec<usize> = hits
-                .chunks(e + 1)
-                .map(|o| o.windows(2).filter(|w| w[1] > w[0]).count())
-                .collect();
+            let touched = super::bench::experts_touched(&self.model)?;
             let n_real: usize = step.items.iter().map(|i| i.tokens.len()).sum();
             charge_work(
                 &self.model.cfg,
