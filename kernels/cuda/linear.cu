@@ -14,6 +14,15 @@
 //
 // MoE variants run the same core per expert over the expert's token list (a counting-sort plan):
 // `moe_up` fuses W1 and W3 with the clamped SwiGLU, `moe_down` scales rows by routing weights.
+// The block variants launch one block row per active expert (the plan's `act` list); the warp
+// variants (`moe_up_w`, `moe_down_w`, decode) give each warp whole 16-row tiles over all of K
+// in a fixed grid, so no block waits on a cross-warp reduction and idle experts cost nothing.
+//
+// Dequantization in registers is kept to a few integer ops per weight: FP4 codes become exact
+// bf16 values by byte permutes and are scaled by their block scale with one bf16x2 FMA; FP8
+// codes are placed into bf16 bit fields (the value times 2^-120) and scaled by (block scale ·
+// 2^100). What a format leaves out of the MMA operand (the NVFP4 / per-tensor global scale, the
+// 2^20 of the FP8 placement) is its `post_scale`, applied to the f32 accumulators.
 
 #define FMT_BF16 0
 #define FMT_F32 1
@@ -44,39 +53,65 @@ __device__ __forceinline__ void mma_bf16(float c[4], const u32 a[4], u32 b0, u32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// FP4 scale of row n at column k: NVFP4 E4M3 per 16 × the global, MXFP4 E8M0 per 32.
-template <int FMT>
-__device__ __forceinline__ float fp4_scale(const WDesc& d, int e, int n, int k) {
-    if (FMT == FMT_NVFP4) return e4m3_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 4)]) * d.g[e];
-    return e8m0_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 5)]);
-}
-
-// 8 E2M1 codes (a u32, low nibble first) to 4 packed bf16 pairs, by byte permutes: the
-// magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} as bf16 have high bytes {00,3f,3f,3f,40,40,40,40} and
-// low bytes {00,00,80,c0,00,40,80,c0}; the sign bit moves to bit 15 of its half.
+// 8 E2M1 codes (a u32, low nibble first) to 4 packed bf16 pairs, exactly, by byte permutes:
+// the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} as bf16 have high bytes {00,3f,3f,3f,40,40,40,40}
+// and low bytes {00,00,80,c0,00,40,80,c0}; each pair's two sign bits are gathered by one more
+// permute from the even and odd codes' sign bits (moved to bit 7 of their byte).
 __device__ __forceinline__ void fp4x8_to_bf16(u32 v, u32 out[4]) {
     const u32 mags = v & 0x77777777u;
+    const u32 se = (v << 4) & 0x80808080u, so = v & 0x80808080u;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const u32 sel = (mags >> (16 * h)) & 0xffffu;
+        const u32 sel = mags >> (16 * h);
         const u32 hi = __byte_perm(0x3f3f3f00u, 0x40404040u, sel);
         const u32 lo = __byte_perm(0xc0800000u, 0xc0804000u, sel);
-        const u32 sv = v >> (16 * h);
-        u32 p0 = __byte_perm(lo, hi, 0x5140);
-        u32 p1 = __byte_perm(lo, hi, 0x7362);
-        p0 |= ((sv << 12) & 0x8000u) | ((sv << 24) & 0x80000000u);
-        p1 |= ((sv << 4) & 0x8000u) | ((sv << 16) & 0x80000000u);
-        out[2 * h] = p0;
-        out[2 * h + 1] = p1;
+        const u32 b0 = 2 * h, b1 = 2 * h + 1;
+        const u32 s0 = __byte_perm(se, so, ((4 + b0) << 12) | (b0 << 8) | (b0 << 4) | b0);
+        const u32 s1 = __byte_perm(se, so, ((4 + b1) << 12) | (b1 << 8) | (b1 << 4) | b1);
+        out[2 * h] = __byte_perm(lo, hi, 0x5140) | (s0 & 0x80008000u);
+        out[2 * h + 1] = __byte_perm(lo, hi, 0x7362) | (s1 & 0x80008000u);
     }
 }
 
-__device__ __forceinline__ u32 bf2_scale(u32 p, float sc) {
-    return pack_bf2(bf_lo(p) * sc, bf_hi(p) * sc);
+// a · b on bf16 pairs (exact whenever the product fits bf16; the −0 addend keeps signs).
+__device__ __forceinline__ u32 bf2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
 }
 
-// 8 weights of row n at column k (k % 8 == 0, k < K) as f32 (exact for every format).
+// 4 E4M3 codes (a u32) to 2 bf16 pairs holding value · 2^-120, exactly (subnormal codes become
+// bf16 subnormals): the 7 magnitude bits move to bf16 bits 10..4, the sign to bit 15.
+__device__ __forceinline__ void fp8x4_to_bf16(u32 c, u32 out[2]) {
+    const u32 x0 = __byte_perm(c, 0u, 0x4140), x1 = __byte_perm(c, 0u, 0x4342);
+    out[0] = ((x0 << 4) & 0x07f007f0u) | ((x0 << 8) & 0x80008000u);
+    out[1] = ((x1 << 4) & 0x07f007f0u) | ((x1 << 8) & 0x80008000u);
+}
+
+// Two E4M3 scales (low byte first) as bf16 pairs broadcast to both halves, exact.
+__device__ __forceinline__ void e4m3x2_bcast(u32 s2, u32* lo, u32* hi) {
+    u32 p[2];
+    fp8x4_to_bf16(s2, p);
+    const float f0 = bf_lo(p[0]) * 1.329227995784916e36f;  // 2^120
+    const float f1 = bf_hi(p[0]) * 1.329227995784916e36f;
+    *lo = __byte_perm(__float_as_uint(f0), 0u, 0x3232);
+    *hi = __byte_perm(__float_as_uint(f1), 0u, 0x3232);
+}
+
+__device__ __forceinline__ u32 bf2_bcast(u32 bits16) { return bits16 | (bits16 << 16); }
+
+// What the MMA operand of a format leaves out, applied to the accumulators of expert e.
 template <int FMT>
+__device__ __forceinline__ float post_scale(const WDesc& d, int e) {
+    if (FMT == FMT_NVFP4) return d.g[e];
+    if (FMT == FMT_FP8T) return d.g[e] * 1048576.f;  // 2^20
+    if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32) return 1048576.f;
+    return 1.f;
+}
+
+// 8 weights of row n at column k (k % 8 == 0, k < K) as f32 (exact for every format). DOM:
+// in the MMA operand's domain instead (the value divided by the format's post_scale).
+template <int FMT, bool DOM = false>
 __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, int K, float out[8]) {
     if (FMT == FMT_BF16 || FMT == FMT_F16) {
         const uint4 v = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) * 2);
@@ -100,12 +135,13 @@ __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, in
         const uint2 v = *reinterpret_cast<const uint2*>(d.w + e * d.w_stride + (i64)n * K + k);
         float sc;
         if (FMT == FMT_FP8T) {
-            sc = d.g[e];
+            sc = DOM ? 1.f : d.g[e];
         } else {
             i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
             if (FMT == FMT_FP8B_E8M0) sc = e8m0_to_f32(d.s[e * d.s_stride + si]);
             else sc = reinterpret_cast<const float*>(d.s + e * d.s_stride)[si];
         }
+        if (DOM) sc *= 9.5367431640625e-07f;  // 2^-20
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             u32 word = i < 4 ? v.x : v.y;
@@ -113,7 +149,13 @@ __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, in
         }
     } else {  // FP4: NVFP4 or MXFP4, 8 codes in 4 bytes, low nibble = even element
         const u32 v = *reinterpret_cast<const u32*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
-        const float sc = fp4_scale<FMT>(d, e, n, k);
+        float sc;
+        if (FMT == FMT_NVFP4) {
+            sc = e4m3_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 4)]);
+            if (!DOM) sc *= d.g[e];
+        } else {
+            sc = e8m0_to_f32(d.s[e * d.s_stride + (i64)n * d.s_ld + (k >> 5)]);
+        }
         u32 p[4];
         fp4x8_to_bf16(v, p);
 #pragma unroll
@@ -124,7 +166,7 @@ __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, in
     }
 }
 
-// The same 8 weights as 4 packed bf16 pairs (the MMA operand).
+// The same 8 weights as 4 packed bf16 pairs in the MMA domain (the tail path of K).
 template <int FMT>
 __device__ __forceinline__ void load_w8(const WDesc& d, int e, int n, int k, int K, u32 out[4]) {
     if (FMT == FMT_BF16) {
@@ -132,7 +174,7 @@ __device__ __forceinline__ void load_w8(const WDesc& d, int e, int n, int k, int
         out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
     } else {
         float f[8];
-        load_w8f<FMT>(d, e, n, k, K, f);
+        load_w8f<FMT, true>(d, e, n, k, K, f);
 #pragma unroll
         for (int i = 0; i < 4; i++) out[i] = pack_bf2(f[2 * i], f[2 * i + 1]);
     }
@@ -145,42 +187,128 @@ struct Vec {
                            : (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) ? 2 : 1;
 };
 
-// 8V weights of row n at column k (all < K) as 4V packed bf16 pairs.
-template <int FMT, int V>
-__device__ __forceinline__ void load_wv(const WDesc& d, int e, int n, int k, int K, u32 out[4 * V]) {
+// One thread's raw weights of one row at one k: 16 bytes of codes (32 for f32) and the bits of
+// the block scale(s) they need. Loaded first, decoded just before the MMAs, so a warp keeps
+// several superchunks of loads in flight on few registers.
+struct RawW {
+    uint4 q, q2;
+    u32 s;
+};
+
+template <int FMT>
+__device__ __forceinline__ RawW load_raw(const WDesc& d, int e, int n, int k, int K) {
+    RawW r;
+    r.s = 0;
+    r.q2 = make_uint4(0, 0, 0, 0);
+    const u8* base = d.w + e * d.w_stride;
     if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
-        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
-        const u32 c[4] = {q.x, q.y, q.z, q.w};
+        r.q = *reinterpret_cast<const uint4*>(base + ((i64)n * K + k) / 2);
+        const u8* sp = d.s + e * d.s_stride + (i64)n * d.s_ld;
+        if (FMT == FMT_NVFP4) r.s = *reinterpret_cast<const u16*>(sp + (k >> 4));  // k % 32 == 0
+        else r.s = sp[k >> 5];
+    } else if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) {
+        r.q = *reinterpret_cast<const uint4*>(base + (i64)n * K + k);
+        if (FMT != FMT_FP8T) {
+            const i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
+            if (FMT == FMT_FP8B_E8M0) r.s = d.s[e * d.s_stride + si];
+            else r.s = reinterpret_cast<const u32*>(d.s + e * d.s_stride)[si];
+        }
+    } else if (FMT == FMT_F32) {
+        const uint4* p = reinterpret_cast<const uint4*>(base + ((i64)n * K + k) * 4);
+        r.q = p[0];
+        r.q2 = p[1];
+    } else {
+        r.q = *reinterpret_cast<const uint4*>(base + ((i64)n * K + k) * 2);
+    }
+    return r;
+}
+
+// The raw weights as 4V bf16 pairs in the MMA domain.
+template <int FMT, int V>
+__device__ __forceinline__ void decode_raw(const RawW& r, u32 out[4 * V]) {
+    const u32 c[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+        u32 s0, s1;
+        if (FMT == FMT_NVFP4) {
+            e4m3x2_bcast(r.s, &s0, &s1);
+        } else {
+            s0 = s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);  // E8M0 2^(b-127) as bf16
+        }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             u32 p[4];
             fp4x8_to_bf16(c[i], p);
-            const float sc = fp4_scale<FMT>(d, e, n, k + 8 * i);
 #pragma unroll
-            for (int j = 0; j < 4; j++) out[4 * i + j] = bf2_scale(p[j], sc);
+            for (int j = 0; j < 4; j++) out[(4 * i + j) % (4 * V)] = bf2_mul(p[j], i < 2 ? s0 : s1);
         }
-    } else if (V == 2) {
-        const uint4 q = *reinterpret_cast<const uint4*>(d.w + e * d.w_stride + (i64)n * K + k);
-        float sc;
-        if (FMT == FMT_FP8T) {
-            sc = d.g[e];
-        } else {
-            i64 si = (i64)((n + d.row_phase) >> 7) * d.s_ld + (k >> 7);
-            if (FMT == FMT_FP8B_E8M0) sc = e8m0_to_f32(d.s[e * d.s_stride + si]);
-            else sc = reinterpret_cast<const float*>(d.s + e * d.s_stride)[si];
-        }
-        const u32 c[4] = {q.x, q.y, q.z, q.w};
+    } else if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) {
+        u32 sc;
+        if (FMT == FMT_FP8T) sc = 0x71807180u;  // 2^100
+        else if (FMT == FMT_FP8B_E8M0) sc = bf2_bcast((r.s + 100u) << 7);  // 2^(b-127) · 2^100
+        else sc = bf2_bcast(f2bf(__uint_as_float(r.s) * 1.2676506002282294e30f));
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const u32 w = c[i] >> (16 * j);
-                out[2 * i + j] = pack_bf2(e4m3_to_f32((u8)(w & 0xff)) * sc, e4m3_to_f32((u8)((w >> 8) & 0xff)) * sc);
-            }
+            u32 p[2];
+            fp8x4_to_bf16(c[i], p);
+            out[(2 * i) % (4 * V)] = bf2_mul(p[0], sc);
+            out[(2 * i + 1) % (4 * V)] = bf2_mul(p[1], sc);
         }
+    } else if (FMT == FMT_F32) {
+        const u32 c2[4] = {r.q2.x, r.q2.y, r.q2.z, r.q2.w};
+        out[0] = pack_bf2(__uint_as_float(c[0]), __uint_as_float(c[1]));
+        out[1 % (4 * V)] = pack_bf2(__uint_as_float(c[2]), __uint_as_float(c[3]));
+        out[2 % (4 * V)] = pack_bf2(__uint_as_float(c2[0]), __uint_as_float(c2[1]));
+        out[3 % (4 * V)] = pack_bf2(__uint_as_float(c2[2]), __uint_as_float(c2[3]));
+    } else if (FMT == FMT_F16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            out[i % (4 * V)] = pack_bf2(f16_to_f32((u16)(c[i] & 0xffff)), f16_to_f32((u16)(c[i] >> 16)));
     } else {
-        load_w8<FMT>(d, e, n, k, K, out);
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[i % (4 * V)] = c[i];
     }
+}
+
+// Word-at-a-time decoding for the warp kernels (short live ranges): the scales of one raw
+// load, then word w (of 4) of its codes as V bf16 pairs (f32: floats 2w, 2w+1).
+template <int FMT>
+__device__ __forceinline__ void raw_scales(const RawW& r, u32* s0, u32* s1) {
+    *s0 = *s1 = 0;
+    if (FMT == FMT_NVFP4) e4m3x2_bcast(r.s, s0, s1);
+    else if (FMT == FMT_MXFP4) *s0 = *s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);
+    else if (FMT == FMT_FP8T) *s0 = 0x71807180u;
+    else if (FMT == FMT_FP8B_E8M0) *s0 = bf2_bcast((r.s + 100u) << 7);
+    else if (FMT == FMT_FP8B_F32) *s0 = bf2_bcast(f2bf(__uint_as_float(r.s) * 1.2676506002282294e30f));
+}
+
+template <int FMT, int V>
+__device__ __forceinline__ void decode_word(const RawW& r, u32 s0, u32 s1, int w, u32 out[V]) {
+    const u32 c = w == 0 ? r.q.x : w == 1 ? r.q.y : w == 2 ? r.q.z : r.q.w;
+    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+        u32 p[4];
+        fp4x8_to_bf16(c, p);
+#pragma unroll
+        for (int j = 0; j < 4; j++) out[j % V] = bf2_mul(p[j], w < 2 ? s0 : s1);
+    } else if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) {
+        u32 p[2];
+        fp8x4_to_bf16(c, p);
+        out[0] = bf2_mul(p[0], s0);
+        out[1 % V] = bf2_mul(p[1], s0);
+    } else if (FMT == FMT_F32) {
+        const uint4 h = w < 2 ? r.q : r.q2;
+        const u32 lo = (w & 1) ? h.z : h.x, hi = (w & 1) ? h.w : h.y;
+        out[0] = pack_bf2(__uint_as_float(lo), __uint_as_float(hi));
+    } else if (FMT == FMT_F16) {
+        out[0] = pack_bf2(f16_to_f32((u16)(c & 0xffff)), f16_to_f32((u16)(c >> 16)));
+    } else {
+        out[0] = c;
+    }
+}
+
+// 8V weights of row n at column k (all < K) as 4V packed bf16 pairs in the MMA domain.
+template <int FMT, int V>
+__device__ __forceinline__ void load_wv(const WDesc& d, int e, int n, int k, int K, u32 out[4 * V]) {
+    decode_raw<FMT, V>(load_raw<FMT>(d, e, n, k, K), out);
 }
 
 // Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of K.
@@ -306,27 +434,38 @@ __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void*
         }
         mma_core<FMT, NT, 0>(d, d, 0, n0, N, K, xr, acc, acc);
         reduce_warps<NT>(acc, red);
+        const float post = post_scale<FMT>(d, 0);
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);
             int n = n0 + row, m = m0 + tok;
             if (n < N && m < M) {
-                if (out_bf16) reinterpret_cast<u16*>(y)[(i64)m * ldy + n] = f2bf(red[i]);
-                else reinterpret_cast<float*>(y)[(i64)m * ldy + n] = red[i];
+                const float v = red[i] * post;
+                if (out_bf16) reinterpret_cast<u16*>(y)[(i64)m * ldy + n] = f2bf(v);
+                else reinterpret_cast<float*>(y)[(i64)m * ldy + n] = v;
             }
         }
         __syncthreads();
     }
 }
 
-// MoE up projection of expert blockIdx.y over its tokens: act = silu(min(W1x, L)) ⊙ clamp(W3x, ±L),
-// written as bf16 rows at the plan's positions.
+// The clamped SwiGLU of V4's experts on the f32 gate and up values.
+__device__ __forceinline__ float swiglu(float gate, float up, float limit) {
+    const float g = fminf(gate, limit);
+    const float u = fminf(fmaxf(up, -limit), limit);
+    return g / (1.f + expf(-g)) * u;
+}
+
+// MoE up projection of active expert act_list[1 + blockIdx.y] over its tokens: act =
+// silu(min(W1x, L)) ⊙ clamp(W3x, ±L), written as bf16 rows at the plan's positions.
 template <int FMT, int NT>
 __device__ void moe_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
                               const int* __restrict__ offsets, const int* __restrict__ tok_of,
-                              u16* __restrict__ act, int N, int K, float limit) {
+                              const int* __restrict__ act_list, u16* __restrict__ act, int N,
+                              int K, float limit) {
     extern __shared__ float red[];
-    const int e = blockIdx.y;
+    if ((int)blockIdx.y >= act_list[0]) return;
+    const int e = act_list[1 + blockIdx.y];
     const int start = offsets[e], count = offsets[e + 1] - start;
     if (count <= 0) return;
     float* red3 = red + LIN_WARPS * 128 * NT;
@@ -345,28 +484,27 @@ __device__ void moe_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int
         mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, xr, a1, a3);
         reduce_warps<NT>(a1, red);
         reduce_warps<NT>(a3, red3);
+        const float p1 = post_scale<FMT>(w1, e), p3 = post_scale<FMT>(w3, e);
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);
             int n = n0 + row, m = m0 + tok;
-            if (n < N && m < count) {
-                float gte = fminf(red[i], limit);
-                float up = fminf(fmaxf(red3[i], -limit), limit);
-                float v = gte / (1.f + expf(-gte)) * up;
-                act[(i64)(start + m) * N + n] = f2bf(v);
-            }
+            if (n < N && m < count) act[(i64)(start + m) * N + n] = f2bf(swiglu(red[i] * p1, red3[i] * p3, limit));
         }
         __syncthreads();
     }
 }
 
-// MoE down projection of expert blockIdx.y: y[pos] = w[pos] · W2 act[pos] (f32 rows of [T·k, N]).
+// MoE down projection of active expert act_list[1 + blockIdx.y]: y[pos] = w[pos] · W2 act[pos]
+// (f32 rows of [T·k, N]).
 template <int FMT, int NT>
 __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
                                 const int* __restrict__ offsets, const float* __restrict__ wt,
-                                float* __restrict__ y, int N, int K) {
+                                const int* __restrict__ act_list, float* __restrict__ y, int N,
+                                int K) {
     extern __shared__ float red[];
-    const int e = blockIdx.y;
+    if ((int)blockIdx.y >= act_list[0]) return;
+    const int e = act_list[1 + blockIdx.y];
     const int start = offsets[e], count = offsets[e + 1] - start;
     if (count <= 0) return;
     const int n0 = blockIdx.x * 16;
@@ -382,36 +520,189 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
         }
         mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, xr, acc, acc);
         reduce_warps<NT>(acc, red);
+        const float post = post_scale<FMT>(w2, e);
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);
             int n = n0 + row, m = m0 + tok;
-            if (n < N && m < count) y[(i64)(start + m) * N + n] = red[i] * wt[start + m];
+            if (n < N && m < count) y[(i64)(start + m) * N + n] = red[i] * post * wt[start + m];
         }
         __syncthreads();
     }
 }
 
-#define LINEAR_ENTRY(NAME, FMT, NT)                                                              \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(                    \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {   \
-        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                            \
-    }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(                    \
-        WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,        \
-        u16* act, int N, int K, float limit) {                                                   \
-        moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act, N, K, limit);               \
-    }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_down_##NAME##_nt##NT(                  \
-        WDesc w2, const u16* act, const int* offsets, const float* wt, float* y, int N, int K) { \
-        moe_down_kernel<FMT, NT>(w2, act, offsets, wt, y, N, K);                                 \
+// One warp's 16-row tile at n0 of expert e over all of K (K % (32·V) == 0) for the 8 tokens
+// whose rows xr (per lane group g) point at (null: no token), U superchunks of loads in flight.
+template <int FMT, int DUAL, int U>
+__device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
+                                          int K, const u16* xr, float acc0[4], float acc1[4]) {
+    constexpr int V = Vec<FMT>::V;
+    constexpr int SC = 32 * V;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
+    const int nsc = K / SC;
+    for (int c0 = 0; c0 < nsc; c0 += U) {
+        RawW ra[U], rb[U], rc[U], rd[U];
+        uint4 xq[U][V];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = (c0 + u) * SC + t * 8 * V;
+            if (c0 + u < nsc) {
+                ra[u] = load_raw<FMT>(d0, e, r0, k, K);
+                rb[u] = load_raw<FMT>(d0, e, r1, k, K);
+                if (DUAL) {
+                    rc[u] = load_raw<FMT>(d1, e, r0, k, K);
+                    rd[u] = load_raw<FMT>(d1, e, r1, k, K);
+                }
+#pragma unroll
+                for (int q = 0; q < V; q++)
+                    xq[u][q] = xr ? *reinterpret_cast<const uint4*>(xr + k + 8 * q) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u >= nsc) break;
+            u32 xv[4 * V];
+#pragma unroll
+            for (int q = 0; q < V; q++) {
+                xv[4 * q] = xq[u][q].x; xv[4 * q + 1] = xq[u][q].y; xv[4 * q + 2] = xq[u][q].z; xv[4 * q + 3] = xq[u][q].w;
+            }
+#pragma unroll
+            for (int m = 0; m < 1 + DUAL; m++) {
+                const RawW& A = m ? rc[u] : ra[u];
+                const RawW& B = m ? rd[u] : rb[u];
+                float* acc = m ? acc1 : acc0;
+                u32 sa0, sa1, sb0, sb1;
+                raw_scales<FMT>(A, &sa0, &sa1);
+                raw_scales<FMT>(B, &sb0, &sb1);
+                u32 pa_prev = 0, pb_prev = 0;
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    u32 pa[V], pb[V];
+                    decode_word<FMT, V>(A, sa0, sa1, w, pa);
+                    decode_word<FMT, V>(B, sb0, sb1, w, pb);
+                    if (V >= 2) {
+#pragma unroll
+                        for (int j = 0; j < V; j += 2) {
+                            const int st = (w * V + j) / 2;
+                            const u32 a[4] = {pa[j], pb[j], pa[(j + 1) % V], pb[(j + 1) % V]};
+                            mma_bf16(acc, a, xv[2 * st], xv[2 * st + 1]);
+                        }
+                    } else if (w & 1) {
+                        const u32 a[4] = {pa_prev, pb_prev, pa[0], pb[0]};
+                        mma_bf16(acc, a, xv[w - 1], xv[w]);
+                    } else {
+                        pa_prev = pa[0];
+                        pb_prev = pb[0];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Work of the warp kernels: tile i of the active experts' (expert, 16-row group) list, warps
+// taking contiguous runs so a warp stays on one expert's plan entries.
+__device__ __forceinline__ void warp_items(const int* act_list, int N, int* begin, int* end,
+                                           int* groups) {
+    const int wpb = blockDim.x >> 5;
+    const int nw = gridDim.x * wpb, gw = blockIdx.x * wpb + (threadIdx.x >> 5);
+    *groups = (N + 15) >> 4;
+    const int total = act_list[0] * *groups;
+    const int per = (total + nw - 1) / nw;
+    *begin = gw * per;
+    *end = min(total, *begin + per);
+}
+
+// Decode-time MoE up projection with the clamped SwiGLU, one warp per 16-row tile.
+template <int FMT, int U>
+__device__ void moe_up_warp_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
+                                   const int* __restrict__ offsets, const int* __restrict__ tok_of,
+                                   const int* __restrict__ act_list, u16* __restrict__ act, int N,
+                                   int K, float limit) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int begin, end, groups;
+    warp_items(act_list, N, &begin, &end, &groups);
+    for (int item = begin; item < end; item++) {
+        const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
+        const int start = offsets[e], count = offsets[e + 1] - start;
+        const float p1 = post_scale<FMT>(w1, e), p3 = post_scale<FMT>(w3, e);
+        for (int m0 = 0; m0 < count; m0 += 8) {
+            float a1[4] = {0.f, 0.f, 0.f, 0.f}, a3[4] = {0.f, 0.f, 0.f, 0.f};
+            const u16* xr = m0 + g < count ? x + (i64)tok_of[start + m0 + g] * ldx : nullptr;
+            warp_core<FMT, 1, U>(w1, w3, e, n0, N, K, xr, a1, a3);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int n = n0 + g + ((r & 2) ? 8 : 0), m = m0 + 2 * t + (r & 1);
+                if (n < N && m < count) act[(i64)(start + m) * N + n] = f2bf(swiglu(a1[r] * p1, a3[r] * p3, limit));
+            }
+        }
+    }
+}
+
+// Decode-time MoE down projection, rows scaled by their routing weight.
+template <int FMT, int U>
+__device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
+                                     const int* __restrict__ offsets, const float* __restrict__ wt,
+                                     const int* __restrict__ act_list, float* __restrict__ y, int N,
+                                     int K) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int begin, end, groups;
+    warp_items(act_list, N, &begin, &end, &groups);
+    for (int item = begin; item < end; item++) {
+        const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
+        const int start = offsets[e], count = offsets[e + 1] - start;
+        const float post = post_scale<FMT>(w2, e);
+        for (int m0 = 0; m0 < count; m0 += 8) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            const u16* xr = m0 + g < count ? act + (i64)(start + m0 + g) * K : nullptr;
+            warp_core<FMT, 0, U>(w2, w2, e, n0, N, K, xr, acc, acc);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int n = n0 + g + ((r & 2) ? 8 : 0), m = m0 + 2 * t + (r & 1);
+                if (n < N && m < count) y[(i64)(start + m) * N + n] = acc[r] * post * wt[start + m];
+            }
+        }
+    }
+}
+
+#define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(        \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {           \
+        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                                    \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(        \
+        WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
+        const int* act_list, u16* act, int N, int K, float limit) {                                      \
+        moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);             \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_down_##NAME##_nt##NT(      \
+        WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
+        int N, int K) {                                                                                  \
+        moe_down_kernel<FMT, NT>(w2, act, offsets, wt, act_list, y, N, K);                               \
+    }
+
+// Loads in flight per warp of the warp kernels: FP4 rows are 16 B per 32 weights, so up (two
+// matrices) keeps 2 superchunks and down 4; wider formats fewer bytes per register.
+#define WARP_ENTRY(NAME, FMT)                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 2) moe_up_w_##NAME(                               \
+        WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
+        const int* act_list, u16* act, int N, int K, float limit) {                                      \
+        moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);         \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 2) moe_down_w_##NAME(                             \
+        WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
+        int N, int K) {                                                                                  \
+        moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K);  \
     }
 
 #define LINEAR_FORMAT(NAME, FMT) \
     LINEAR_ENTRY(NAME, FMT, 1)   \
     LINEAR_ENTRY(NAME, FMT, 2)   \
     LINEAR_ENTRY(NAME, FMT, 4)   \
-    LINEAR_ENTRY(NAME, FMT, 8)
+    LINEAR_ENTRY(NAME, FMT, 8)   \
+    WARP_ENTRY(NAME, FMT)
 
 LINEAR_FORMAT(bf16, FMT_BF16)
 LINEAR_FORMAT(f32, FMT_F32)

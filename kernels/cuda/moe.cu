@@ -104,11 +104,12 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, in
 }
 
 // Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
-// order, slot_of[a] = the position of assignment a. One block; deterministic.
+// order, slot_of[a] = the position of assignment a, and the active experts act_list = [count,
+// ids ascending...] the expert kernels iterate over. One block; deterministic.
 extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
     int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
-    int* __restrict__ slot_of) {
+    int* __restrict__ slot_of, int* __restrict__ act_list) {
     __shared__ int cnt[ROUTE_MAXE + 1];
     extern __shared__ int sid[];  // the assignments' experts, n ints
     for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
@@ -117,14 +118,16 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
-        int acc = 0;
+        int acc = 0, na = 0;
         for (int e = 0; e < E; e++) {
             int c = cnt[e];
             cnt[e] = acc;
             offsets[e] = acc;
             acc += c;
+            if (c > 0) act_list[1 + na++] = e;
         }
         offsets[E] = acc;
+        act_list[0] = na;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -142,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
 
 // The plan of a dense expert every token goes through with weight 1 (the shared expert).
 extern "C" __global__ void plan_identity(int T, int* __restrict__ offsets, int* __restrict__ tok_of,
-                                         float* __restrict__ wt_of) {
+                                         float* __restrict__ wt_of, int* __restrict__ act_list) {
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
         tok_of[t] = t;
         wt_of[t] = 1.f;
@@ -150,6 +153,8 @@ extern "C" __global__ void plan_identity(int T, int* __restrict__ offsets, int* 
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         offsets[0] = 0;
         offsets[1] = T;
+        act_list[0] = T > 0 ? 1 : 0;
+        act_list[1] = 0;
     }
 }
 

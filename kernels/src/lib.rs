@@ -80,8 +80,13 @@ pub fn linear_entry(kind: &str, format: &str, tiles: usize) -> String {
     format!("{kind}_{format}_nt{tiles}")
 }
 
-/// Every macro-generated linear entry name (`linear_*`, `moe_up_*`, `moe_down_*`,
-/// `linear_f32x_*`).
+/// The warp-per-tile decode variant of a grouped expert kernel (`moe_up_w_*`, `moe_down_w_*`).
+pub fn warp_entry(kind: &str, format: &str) -> String {
+    format!("{kind}_w_{format}")
+}
+
+/// Every macro-generated linear entry name (`linear_*`, `moe_up_*`, `moe_down_*`, their warp
+/// variants, `linear_f32x_*`).
 pub fn linear_entries() -> Vec<String> {
     let mut v = Vec::new();
     for f in LINEAR_FORMATS {
@@ -89,6 +94,9 @@ pub fn linear_entries() -> Vec<String> {
             for kind in ["linear", "moe_up", "moe_down"] {
                 v.push(linear_entry(kind, f, nt));
             }
+        }
+        for kind in ["moe_up", "moe_down"] {
+            v.push(warp_entry(kind, f));
         }
         v.push(format!("linear_f32x_{f}"));
     }
@@ -243,9 +251,13 @@ mod tests {
             assert!(src.contains(&format!("{kind}_##NAME##_nt##NT(")));
         }
         assert!(src.contains("linear_f32x_##NAME("));
+        for kind in ["moe_up", "moe_down"] {
+            assert!(src.contains(&format!("{kind}_w_##NAME(")));
+        }
+        assert!(src.contains("    WARP_ENTRY(NAME, FMT)"));
         assert_eq!(
             linear_entries().len(),
-            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 1)
+            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
         );
     }
 

@@ -16,21 +16,21 @@ if [[ " $what " == *" tests "* ]]; then
   pass=0; fail=0; failed=()
   for t in $(.gpu/engine-tests device::cuda --list 2>/dev/null | sed -n 's/: test$//p'); do
     s=$(date +%s%N)
-    if timeout 240 .gpu/engine-tests "$t" --exact --nocapture --test-threads 1 >"$OUT/t.log" 2>&1; then
+    if timeout 240 .gpu/engine-tests "$t" --exact --nocapture --test-threads 1 >/tmp/t.log 2>&1; then
       pass=$((pass+1)); r=ok
     else
       fail=$((fail+1)); failed+=("$t"); r=FAILED
     fi
     ms=$(( ($(date +%s%N) - s) / 1000000 ))
     echo "=== $r $t (${ms} ms)" >>"$OUT/tests.log"
-    grep -v '^$' "$OUT/t.log" | tail -n 40 >>"$OUT/tests.log"
+    grep -v '^$' /tmp/t.log | tail -n 40 >>"$OUT/tests.log"
   done
   echo "GPU tests: $pass passed, $fail failed ${failed[*]:-}" | tee -a "$OUT/tests.log"
   # The first failure again under compute-sanitizer, to name a faulting kernel.
   if [ "$fail" -gt 0 ] && command -v compute-sanitizer >/dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --print-limit 5 .gpu/engine-tests "${failed[0]}" --exact --test-threads 1 \
-      >"$OUT/sanitizer.log" 2>&1 || true
-    tail -n 60 "$OUT/sanitizer.log" >>"$OUT/tests.log"
+      >/tmp/sanitizer.log 2>&1 || true
+    tail -n 60 /tmp/sanitizer.log >>"$OUT/tests.log"
   fi
 fi
 if [[ " $what " == *" cli "* ]]; then
@@ -81,6 +81,12 @@ if [[ " $what " == *" profile "* ]]; then
     AMDAHL_SLOW_ATTENTION=$SLOW timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format nvfp4 --steps 20 \
       --json "$OUT/profile_slow.json" >"$OUT/profile_slow.txt" 2>&1
     head -n 14 "$OUT/profile_slow.txt"
+  fi
+  if [ -n "${BLOCK:-}" ]; then
+    # The block expert kernels at decode sizes, for comparison with the default warp kernels.
+    AMDAHL_MOE_KERNEL=block timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16,64 --ctx 8192 --expert-format nvfp4 --steps 10 \
+      >"$OUT/profile_block.txt" 2>&1
+    head -n 40 "$OUT/profile_block.txt"
   fi
   if [ -n "${MXFP4:-}" ]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1

@@ -2,7 +2,9 @@
 //! picks the launch geometry (and the token-tile instantiation of the tensor-core linears) and
 //! returns the number of blocks it launched, which the profiler turns into occupancy facts.
 
-use amdahl_kernels::{attention as ka, linear_entry, mhc as km, moe as kmoe, sample as ks};
+use amdahl_kernels::{
+    attention as ka, linear_entry, mhc as km, moe as kmoe, sample as ks, warp_entry,
+};
 
 use crate::error::Result;
 
@@ -24,10 +26,60 @@ pub fn tiles_for(m: usize) -> usize {
     }
 }
 
-/// Token tiles of the grouped expert kernels: decode steps give each expert a few tokens, so one
-/// tile (looping for the rare busy expert) keeps registers low; prefill uses four.
-fn moe_tiles(tokens: usize) -> usize {
-    if tokens <= 64 { 1 } else { 4 }
+/// Token tiles of the block expert kernels: with many experts each gets a few tokens, so one
+/// tile (looping for the rare busy expert) keeps registers low; prefill uses four; a single
+/// dense expert (the shared one) takes every token and the dense linear's tiles.
+fn moe_tiles(tokens: usize, slots: usize) -> usize {
+    if slots == 1 {
+        tiles_for(tokens)
+    } else if tokens <= 64 {
+        1
+    } else {
+        4
+    }
+}
+
+/// Forced expert-kernel variant: 0 = by size, 1 = warp, 2 = block. Starts from
+/// `AMDAHL_MOE_KERNEL=warp|block` (for measurements); tests set it with [`force_moe_kernel`].
+static MOE_FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+/// Forces the warp (`Some(true)`) or block (`Some(false)`) expert kernels, or the size rule.
+pub fn force_moe_kernel(v: Option<bool>) {
+    let code = match v {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    MOE_FORCE.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Which expert kernels a launch uses: the warp-per-tile variant for decode-sized steps over
+/// many experts, the block variant (8 warps split K) otherwise.
+fn moe_warp(tokens: usize, slots: usize, w: &GLinear) -> bool {
+    use std::sync::atomic::Ordering;
+    if MOE_FORCE.load(Ordering::Relaxed) == u8::MAX {
+        force_moe_kernel(match std::env::var("AMDAHL_MOE_KERNEL").as_deref() {
+            Ok("warp") => Some(true),
+            Ok("block") => Some(false),
+            _ => None,
+        });
+    }
+    let v = match w.fmt.name() {
+        "nvfp4" | "mxfp4" => 4,
+        "fp8b_e8m0" | "fp8b_f32" | "fp8t" => 2,
+        _ => 1,
+    };
+    let fits = w.cols % (32 * v) == 0 && slots > 1;
+    fits && match MOE_FORCE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => (2..=64).contains(&tokens),
+    }
+}
+
+/// Blocks of 256 threads the warp expert kernels run as: two per SM (their register budget).
+fn warp_grid(gpu: &Gpu) -> usize {
+    2 * gpu.info.sms.max(1)
 }
 
 /// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16.
@@ -82,6 +134,17 @@ pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize)
     Ok(l.blocks())
 }
 
+/// Where a grouped expert launch finds its plan: expert offsets, the active-expert list
+/// ([count, ids...]), and the most experts a step can activate (`slots`, the block kernels' grid
+/// rows: min(E, tokens · k), 1 for the shared expert).
+#[derive(Debug, Clone, Copy)]
+pub struct MoePlan {
+    pub offsets: u64,
+    pub act_list: u64,
+    pub slots: usize,
+    pub tokens: usize,
+}
+
 /// Grouped up projection with the clamped SwiGLU: act rows at plan positions.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_up(
@@ -90,15 +153,23 @@ pub fn moe_up(
     w3: &GLinear,
     x: u64,
     ldx: usize,
-    offsets: u64,
+    plan: MoePlan,
     tok_of: u64,
     act: u64,
-    tokens: usize,
     limit: f32,
 ) -> Result<u64> {
-    let nt = moe_tiles(tokens);
-    let name = linear_entry("moe_up", w1.fmt.name(), nt);
-    let l = Launch::new((w1.rows.div_ceil(16), w1.experts, 1), 256, 2 * lin_smem(nt));
+    let (name, l) = if moe_warp(plan.tokens, plan.slots, w1) {
+        (
+            warp_entry("moe_up", w1.fmt.name()),
+            Launch::new((warp_grid(gpu), 1, 1), 256, 0),
+        )
+    } else {
+        let nt = moe_tiles(plan.tokens, plan.slots);
+        (
+            linear_entry("moe_up", w1.fmt.name(), nt),
+            Launch::new((w1.rows.div_ceil(16), plan.slots, 1), 256, 2 * lin_smem(nt)),
+        )
+    };
     gpu.launch_named(
         &name,
         l,
@@ -107,8 +178,9 @@ pub fn moe_up(
             .raw(&w3.desc().as_bytes())
             .ptr(x)
             .usize(ldx)
-            .ptr(offsets)
+            .ptr(plan.offsets)
             .ptr(tok_of)
+            .ptr(plan.act_list)
             .ptr(act)
             .usize(w1.rows)
             .usize(w1.cols)
@@ -118,26 +190,28 @@ pub fn moe_up(
 }
 
 /// Grouped down projection, rows scaled by their routing weight.
-pub fn moe_down(
-    gpu: &Gpu,
-    w2: &GLinear,
-    act: u64,
-    offsets: u64,
-    wt: u64,
-    y: u64,
-    tokens: usize,
-) -> Result<u64> {
-    let nt = moe_tiles(tokens);
-    let name = linear_entry("moe_down", w2.fmt.name(), nt);
-    let l = Launch::new((w2.rows.div_ceil(16), w2.experts, 1), 256, lin_smem(nt));
+pub fn moe_down(gpu: &Gpu, w2: &GLinear, act: u64, plan: MoePlan, wt: u64, y: u64) -> Result<u64> {
+    let (name, l) = if moe_warp(plan.tokens, plan.slots, w2) {
+        (
+            warp_entry("moe_down", w2.fmt.name()),
+            Launch::new((warp_grid(gpu), 1, 1), 256, 0),
+        )
+    } else {
+        let nt = moe_tiles(plan.tokens, plan.slots);
+        (
+            linear_entry("moe_down", w2.fmt.name(), nt),
+            Launch::new((w2.rows.div_ceil(16), plan.slots, 1), 256, lin_smem(nt)),
+        )
+    };
     gpu.launch_named(
         &name,
         l,
         Args::new()
             .raw(&w2.desc().as_bytes())
             .ptr(act)
-            .ptr(offsets)
+            .ptr(plan.offsets)
             .ptr(wt)
+            .ptr(plan.act_list)
             .ptr(y)
             .usize(w2.rows)
             .usize(w2.cols),
@@ -697,6 +771,7 @@ pub fn moe_plan(
     tok_of: u64,
     wt_of: u64,
     slot_of: u64,
+    act_list: u64,
 ) -> Result<u64> {
     let l = Launch::new((1, 1, 1), 1024, n * 4);
     gpu.launch(
@@ -711,17 +786,30 @@ pub fn moe_plan(
             .ptr(offsets)
             .ptr(tok_of)
             .ptr(wt_of)
-            .ptr(slot_of),
+            .ptr(slot_of)
+            .ptr(act_list),
     )?;
     Ok(l.blocks())
 }
 
-pub fn plan_identity(gpu: &Gpu, t: usize, offsets: u64, tok_of: u64, wt_of: u64) -> Result<u64> {
+pub fn plan_identity(
+    gpu: &Gpu,
+    t: usize,
+    offsets: u64,
+    tok_of: u64,
+    wt_of: u64,
+    act_list: u64,
+) -> Result<u64> {
     let l = Launch::new((t.div_ceil(256), 1, 1), 256, 0);
     gpu.launch(
         kmoe::PLAN_IDENTITY,
         l,
-        Args::new().usize(t).ptr(offsets).ptr(tok_of).ptr(wt_of),
+        Args::new()
+            .usize(t)
+            .ptr(offsets)
+            .ptr(tok_of)
+            .ptr(wt_of)
+            .ptr(act_list),
     )?;
     Ok(l.blocks())
 }

@@ -452,27 +452,32 @@ pub(crate) fn moe_forward(
         bf.tok_of.ptr(),
         bf.wt_of.ptr(),
         bf.slot_of.ptr(),
+        bf.act_list.ptr(),
     )?);
+    let plan = k::MoePlan {
+        offsets: bf.offsets.ptr(),
+        act_list: bf.act_list.ptr(),
+        slots: e.min(t * kk).max(1),
+        tokens: t,
+    };
     tm.count(k::moe_up(
         g,
         &m.w1,
         &m.w3,
         bf.u_bf.ptr(),
         d,
-        bf.offsets.ptr(),
+        plan,
         bf.tok_of.ptr(),
         bf.act.ptr(),
-        t,
         m.limit,
     )?);
     tm.count(k::moe_down(
         g,
         &m.w2,
         bf.act.ptr(),
-        bf.offsets.ptr(),
+        plan,
         bf.wt_of.ptr(),
         bf.y_slot.ptr(),
-        t,
     )?);
     let mut shared = 0u64;
     if let Some([w1, w3, w2]) = &m.shared {
@@ -482,27 +487,32 @@ pub(crate) fn moe_forward(
             bf.sh_offsets.ptr(),
             bf.sh_tok.ptr(),
             bf.sh_wt.ptr(),
+            bf.sh_act_list.ptr(),
         )?);
+        let sh = k::MoePlan {
+            offsets: bf.sh_offsets.ptr(),
+            act_list: bf.sh_act_list.ptr(),
+            slots: 1,
+            tokens: t,
+        };
         tm.count(k::moe_up(
             g,
             w1,
             w3,
             bf.u_bf.ptr(),
             d,
-            bf.sh_offsets.ptr(),
+            sh,
             bf.sh_tok.ptr(),
             bf.sh_act.ptr(),
-            t,
             m.limit,
         )?);
         tm.count(k::moe_down(
             g,
             w2,
             bf.sh_act.ptr(),
-            bf.sh_offsets.ptr(),
+            sh,
             bf.sh_wt.ptr(),
             bf.sh_y.ptr(),
-            t,
         )?);
         shared = bf.sh_y.ptr();
     }

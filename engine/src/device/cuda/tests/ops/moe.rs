@@ -68,7 +68,15 @@ fn moe_matches_the_cpu_at_v4_widths() {
     for (fmt, hash) in [("nvfp4", false), ("mxfp4", false), ("bf16", true)] {
         let mb = block(&mut rng, fmt, e, d, i, k, hash);
         let gm = GMoe::upload(&g, 0, &mb).unwrap();
-        for t in [1usize, 16, 64] {
+        // Both expert-kernel variants at decode sizes (the size rule picks warp for 16 and 64).
+        for (t, force) in [
+            (1usize, None),
+            (16, None),
+            (16, Some(false)),
+            (64, None),
+            (64, Some(false)),
+        ] {
+            crate::device::cuda::launch::force_moe_kernel(force);
             let x = bf16_round(&randn(&mut rng, t * d, 1.0));
             let tokens: Vec<u32> = (0..t).map(|j| (j * 13 % 64) as u32).collect();
             let want = mb
@@ -87,8 +95,12 @@ fn moe_matches_the_cpu_at_v4_widths() {
             moe_forward(&g, &gm, &bufs, tb.ptr(), t, &mut tm).unwrap();
             let got: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
             let err = rel_l2(&got, &want.data);
-            println!("moe {fmt} hash={hash} t={t}: rel l2 {err:.2e}");
-            assert!(err <= super::TOL, "moe {fmt} t={t}: {err:.3e}");
+            crate::device::cuda::launch::force_moe_kernel(None);
+            println!("moe {fmt} hash={hash} t={t} forced={force:?}: rel l2 {err:.2e}");
+            assert!(
+                err <= super::TOL,
+                "moe {fmt} t={t} forced={force:?}: {err:.3e}"
+            );
         }
     }
 }
