@@ -69,7 +69,7 @@ fn moe_warp(tokens: usize, slots: usize, w: &GLinear) -> bool {
         "fp8b_e8m0" | "fp8b_f32" | "fp8t" => 2,
         _ => 1,
     };
-    let fits = w.cols % (32 * v) == 0 && slots > 1;
+    let fits = w.cols.is_multiple_of(32 * v) && slots > 1;
     fits && match MOE_FORCE.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
