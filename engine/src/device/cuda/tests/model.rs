@@ -236,6 +236,21 @@ fn check_model_on(name: &str, dir: &Path, ids: Vec<Vec<u32>>) {
                 "{name}: seq {i} chunk {chunk}: rel l2 {e:.2e}, max|d|/max|ref| {mx:.2e}; \
                  CPU under bf16-level noise {sens:.2e}; bound {bound:.2e}"
             );
+            if e > bound {
+                // Where the error sits: per position, the relative L2 of its logit row.
+                let rows = ids[i].len().max(1);
+                let v = a.len() / rows;
+                let per: Vec<String> = (0..rows)
+                    .map(|p| rel_l2(&a[p * v..(p + 1) * v], &b[p * v..(p + 1) * v]))
+                    .enumerate()
+                    .filter(|(_, r)| *r > TOL)
+                    .map(|(p, r)| format!("{p}:{r:.1e}"))
+                    .collect();
+                println!(
+                    "{name}: seq {i}: positions above {TOL:.0e}: {}",
+                    per.join(" ")
+                );
+            }
             assert!(
                 e <= bound,
                 "{name}: seq {i}, chunks of {chunk}: relative error {e:.3e} > {bound:.3e}"
