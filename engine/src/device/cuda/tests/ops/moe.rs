@@ -76,7 +76,7 @@ fn moe_matches_the_cpu_at_v4_widths() {
             (64, None),
             (64, Some(false)),
         ] {
-            crate::device::cuda::launch::force_moe_kernel(force);
+            crate::device::cuda::launch::moe::force_moe_kernel(force);
             let x = bf16_round(&randn(&mut rng, t * d, 1.0));
             let tokens: Vec<u32> = (0..t).map(|j| (j * 13 % 64) as u32).collect();
             let want = mb
@@ -95,7 +95,7 @@ fn moe_matches_the_cpu_at_v4_widths() {
             moe_forward(&g, &gm, &bufs, tb.ptr(), t, &mut tm).unwrap();
             let got: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
             let err = rel_l2(&got, &want.data);
-            crate::device::cuda::launch::force_moe_kernel(None);
+            crate::device::cuda::launch::moe::force_moe_kernel(None);
             println!("moe {fmt} hash={hash} t={t} forced={force:?}: rel l2 {err:.2e}");
             assert!(
                 err <= super::TOL,

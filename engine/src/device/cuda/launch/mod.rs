@@ -2,14 +2,17 @@
 //! picks the launch geometry (and the token-tile instantiation of the tensor-core linears) and
 //! returns the number of blocks it launched, which the profiler turns into occupancy facts.
 
-use amdahl_kernels::{
-    attention as ka, linear_entry, mhc as km, moe as kmoe, sample as ks, warp_entry,
-};
+use amdahl_kernels::{attention as ka, linear_entry, mhc as km, sample as ks};
 
 use crate::error::Result;
 
 use super::gpu::{Args, Gpu, Launch};
 use super::weights::GLinear;
+
+pub(crate) mod moe;
+pub use moe::{
+    MoePlan, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_up, plan_identity,
+};
 
 /// 8 warps × 128 floats × tiles: the cross-warp reduction buffer of linear.cu.
 fn lin_smem(nt: usize) -> usize {
@@ -24,62 +27,6 @@ pub fn tiles_for(m: usize) -> usize {
         17..=32 => 4,
         _ => 8,
     }
-}
-
-/// Token tiles of the block expert kernels: with many experts each gets a few tokens, so one
-/// tile (looping for the rare busy expert) keeps registers low; prefill uses four; a single
-/// dense expert (the shared one) takes every token and the dense linear's tiles.
-fn moe_tiles(tokens: usize, slots: usize) -> usize {
-    if slots == 1 {
-        tiles_for(tokens)
-    } else if tokens <= 64 {
-        1
-    } else {
-        4
-    }
-}
-
-/// Forced expert-kernel variant: 0 = by size, 1 = warp, 2 = block. Starts from
-/// `AMDAHL_MOE_KERNEL=warp|block` (for measurements); tests set it with [`force_moe_kernel`].
-static MOE_FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
-
-/// Forces the warp (`Some(true)`) or block (`Some(false)`) expert kernels, or the size rule.
-pub fn force_moe_kernel(v: Option<bool>) {
-    let code = match v {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    MOE_FORCE.store(code, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Which expert kernels a launch uses: the warp-per-tile variant for decode-sized steps over
-/// many experts, the block variant (8 warps split K) otherwise.
-fn moe_warp(tokens: usize, slots: usize, w: &GLinear) -> bool {
-    use std::sync::atomic::Ordering;
-    if MOE_FORCE.load(Ordering::Relaxed) == u8::MAX {
-        force_moe_kernel(match std::env::var("AMDAHL_MOE_KERNEL").as_deref() {
-            Ok("warp") => Some(true),
-            Ok("block") => Some(false),
-            _ => None,
-        });
-    }
-    let v = match w.fmt.name() {
-        "nvfp4" | "mxfp4" => 4,
-        "fp8b_e8m0" | "fp8b_f32" | "fp8t" => 2,
-        _ => 1,
-    };
-    let fits = w.cols.is_multiple_of(32 * v) && slots > 1;
-    fits && match MOE_FORCE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => (2..=64).contains(&tokens),
-    }
-}
-
-/// Blocks of 256 threads the warp expert kernels run as: two per SM (their register budget).
-fn warp_grid(gpu: &Gpu) -> usize {
-    2 * gpu.info.sms.max(1)
 }
 
 /// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16.
@@ -130,91 +77,6 @@ pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize)
             .usize(m)
             .usize(w.rows)
             .usize(w.cols),
-    )?;
-    Ok(l.blocks())
-}
-
-/// Where a grouped expert launch finds its plan: expert offsets, the active-expert list
-/// ([count, ids...]), and the most experts a step can activate (`slots`, the block kernels' grid
-/// rows: min(E, tokens · k), 1 for the shared expert).
-#[derive(Debug, Clone, Copy)]
-pub struct MoePlan {
-    pub offsets: u64,
-    pub act_list: u64,
-    pub slots: usize,
-    pub tokens: usize,
-}
-
-/// Grouped up projection with the clamped SwiGLU: act rows at plan positions.
-#[allow(clippy::too_many_arguments)]
-pub fn moe_up(
-    gpu: &Gpu,
-    w1: &GLinear,
-    w3: &GLinear,
-    x: u64,
-    ldx: usize,
-    plan: MoePlan,
-    tok_of: u64,
-    act: u64,
-    limit: f32,
-) -> Result<u64> {
-    let (name, l) = if moe_warp(plan.tokens, plan.slots, w1) {
-        (
-            warp_entry("moe_up", w1.fmt.name()),
-            Launch::new((warp_grid(gpu), 1, 1), 256, 0),
-        )
-    } else {
-        let nt = moe_tiles(plan.tokens, plan.slots);
-        (
-            linear_entry("moe_up", w1.fmt.name(), nt),
-            Launch::new((w1.rows.div_ceil(16), plan.slots, 1), 256, 2 * lin_smem(nt)),
-        )
-    };
-    gpu.launch_named(
-        &name,
-        l,
-        Args::new()
-            .raw(&w1.desc().as_bytes())
-            .raw(&w3.desc().as_bytes())
-            .ptr(x)
-            .usize(ldx)
-            .ptr(plan.offsets)
-            .ptr(tok_of)
-            .ptr(plan.act_list)
-            .ptr(act)
-            .usize(w1.rows)
-            .usize(w1.cols)
-            .f32(limit),
-    )?;
-    Ok(l.blocks())
-}
-
-/// Grouped down projection, rows scaled by their routing weight.
-pub fn moe_down(gpu: &Gpu, w2: &GLinear, act: u64, plan: MoePlan, wt: u64, y: u64) -> Result<u64> {
-    let (name, l) = if moe_warp(plan.tokens, plan.slots, w2) {
-        (
-            warp_entry("moe_down", w2.fmt.name()),
-            Launch::new((warp_grid(gpu), 1, 1), 256, 0),
-        )
-    } else {
-        let nt = moe_tiles(plan.tokens, plan.slots);
-        (
-            linear_entry("moe_down", w2.fmt.name(), nt),
-            Launch::new((w2.rows.div_ceil(16), plan.slots, 1), 256, lin_smem(nt)),
-        )
-    };
-    gpu.launch_named(
-        &name,
-        l,
-        Args::new()
-            .raw(&w2.desc().as_bytes())
-            .ptr(act)
-            .ptr(plan.offsets)
-            .ptr(wt)
-            .ptr(plan.act_list)
-            .ptr(y)
-            .usize(w2.rows)
-            .usize(w2.cols),
     )?;
     Ok(l.blocks())
 }
@@ -717,125 +579,6 @@ pub fn ring_store(
             .ptr(meta.seq_start)
             .ptr(meta.seq_n)
             .ptr(meta.seq_row0),
-    )?;
-    Ok(l.blocks())
-}
-
-/// Router outputs and plan buffers of one MoE layer.
-#[derive(Debug, Clone, Copy)]
-pub struct RouteArgs {
-    pub logits: u64,
-    pub experts: usize,
-    pub scoring: i32,
-    pub bias: u64,
-    pub tid2eid: u64,
-    pub tokens: u64,
-    pub k: usize,
-    pub scaling: f32,
-    pub norm_topk: bool,
-    pub ids: u64,
-    pub wts: u64,
-}
-
-pub fn moe_route(gpu: &Gpu, r: RouteArgs, t: usize) -> Result<u64> {
-    let l = Launch::new((t.div_ceil(8), 1, 1), 256, 0);
-    gpu.launch(
-        kmoe::MOE_ROUTE,
-        l,
-        Args::new()
-            .ptr(r.logits)
-            .usize(r.experts)
-            .usize(t)
-            .i32(r.scoring)
-            .ptr(r.bias)
-            .ptr(r.tid2eid)
-            .ptr(r.tokens)
-            .usize(r.k)
-            .f32(r.scaling)
-            .i32(r.norm_topk as i32)
-            .ptr(r.ids)
-            .ptr(r.wts),
-    )?;
-    Ok(l.blocks())
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn moe_plan(
-    gpu: &Gpu,
-    ids: u64,
-    wts: u64,
-    n: usize,
-    k: usize,
-    e: usize,
-    offsets: u64,
-    tok_of: u64,
-    wt_of: u64,
-    slot_of: u64,
-    act_list: u64,
-) -> Result<u64> {
-    let l = Launch::new((1, 1, 1), 1024, n * 4);
-    gpu.launch(
-        kmoe::MOE_PLAN,
-        l,
-        Args::new()
-            .ptr(ids)
-            .ptr(wts)
-            .usize(n)
-            .usize(k)
-            .usize(e)
-            .ptr(offsets)
-            .ptr(tok_of)
-            .ptr(wt_of)
-            .ptr(slot_of)
-            .ptr(act_list),
-    )?;
-    Ok(l.blocks())
-}
-
-pub fn plan_identity(
-    gpu: &Gpu,
-    t: usize,
-    offsets: u64,
-    tok_of: u64,
-    wt_of: u64,
-    act_list: u64,
-) -> Result<u64> {
-    let l = Launch::new((t.div_ceil(256), 1, 1), 256, 0);
-    gpu.launch(
-        kmoe::PLAN_IDENTITY,
-        l,
-        Args::new()
-            .usize(t)
-            .ptr(offsets)
-            .ptr(tok_of)
-            .ptr(wt_of)
-            .ptr(act_list),
-    )?;
-    Ok(l.blocks())
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn moe_combine(
-    gpu: &Gpu,
-    y: u64,
-    slot_of: u64,
-    k: usize,
-    shared: u64,
-    d: usize,
-    out: u64,
-    t: usize,
-) -> Result<u64> {
-    let l = Launch::new((d.div_ceil(256), t, 1), 256, 0);
-    gpu.launch(
-        kmoe::MOE_COMBINE,
-        l,
-        Args::new()
-            .ptr(y)
-            .ptr(slot_of)
-            .usize(k)
-            .ptr(shared)
-            .usize(d)
-            .ptr(out),
     )?;
     Ok(l.blocks())
 }
