@@ -58,22 +58,70 @@ extern "C" __global__ void __launch_bounds__(256) hc_mix_partial(
     }
 }
 
-// The mixing vector r·(fn · X_t) of row `row` from its partials, into smix[0..nmix).
+// The mixing vector r·(fn · X_t) of row `row` from its partials, into smix[0..nmix): threads
+// 0..nmix-1 sum one mixing column each and thread MAX_MIX the squares, all at once.
 __device__ void hc_mix_reduce(const float* __restrict__ partial, int row, int parts, int W, int nmix,
                               float norm_eps, float* smix) {
-    __shared__ float sr;
-    if (threadIdx.x == 0) {
-        float ss = 0.f;
-        for (int p = 0; p < parts; p++) ss += partial[((i64)row * parts + p) * (MAX_MIX + 1) + MAX_MIX];
-        sr = 1.f / sqrtf(ss / (float)W + norm_eps);
-    }
-    __syncthreads();
-    if (threadIdx.x < nmix) {
+    __shared__ float sraw[MAX_MIX + 1];
+    const int c = threadIdx.x;
+    if (c < nmix || c == MAX_MIX) {
+        const float* p = partial + (i64)row * parts * (MAX_MIX + 1) + c;
         float v = 0.f;
-        for (int p = 0; p < parts; p++) v += partial[((i64)row * parts + p) * (MAX_MIX + 1) + threadIdx.x];
-        smix[threadIdx.x] = v * sr;
+#pragma unroll 8
+        for (int q = 0; q < parts; q++) v += p[(i64)q * (MAX_MIX + 1)];
+        sraw[c] = v;
     }
     __syncthreads();
+    if (c < nmix) smix[c] = sraw[c] * (1.f / sqrtf(sraw[MAX_MIX] / (float)W + norm_eps));
+    __syncthreads();
+}
+
+// Sum of v over the lanes src(0..n) (n <= 4), every lane of the warp taking part.
+__device__ __forceinline__ float lanes_sum(float v, int first, int stride, int n) {
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float o = __shfl_sync(0xffffffffu, v, (first + q * stride) & 31);
+        if (q < n) s += o;
+    }
+    return s;
+}
+
+__device__ __forceinline__ float lanes_max(float v, int first, int stride, int n) {
+    float m = NEG_INF;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float o = __shfl_sync(0xffffffffu, v, (first + q * stride) & 31);
+        if (q < n) m = fmaxf(m, o);
+    }
+    return m;
+}
+
+// pre, post and the Sinkhorn-projected comb of one token from its mixing vector, by warp 0:
+// lane i·hc + j holds comb[i][j] (row sums over lanes i·hc.., column sums over lanes j + hc·..).
+// Writes post and comb to mb and pre to spre.
+__device__ void hc_mixers(const float* smix, const float* __restrict__ base,
+                          const float* __restrict__ scale, int hc, int iters, float hc_eps,
+                          float* __restrict__ mb, float* spre) {
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x >= 32) return;
+    if (lane < hc) {
+        spre[lane] = sigmoidf_(smix[lane] * scale[0] + base[lane]) + hc_eps;
+        mb[lane] = 2.f * sigmoidf_(smix[hc + lane] * scale[1] + base[hc + lane]);
+    }
+    const bool mine = lane < hc * hc;
+    const int i = lane / hc, j = lane % hc;
+    const int m = 2 * hc + (mine ? lane : 0);
+    float c = smix[m] * scale[2] + base[m];
+    const float mx = lanes_max(c, i * hc, 1, hc);
+    c = expf(c - mx);
+    c = c / lanes_sum(c, i * hc, 1, hc) + hc_eps;
+    // Column normalization first, then (row, column) pairs: `iters` column passes in all.
+    for (int it = 0; it < (iters > 1 ? iters : 1); it++) {
+        if (it > 0) c = c / (lanes_sum(c, i * hc, 1, hc) + hc_eps);
+        c = c / (lanes_sum(c, j, hc, hc) + hc_eps);
+    }
+    if (mine) mb[hc + lane] = c;
 }
 
 // Before a sub-layer (after `hc_mix_partial`): mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's
@@ -92,46 +140,16 @@ extern "C" __global__ void __launch_bounds__(256) hc_pre(
     const int W = hc * D, nmix = (2 + hc) * hc;
     const float* Xt = X + (i64)t * W;
     hc_mix_reduce(partial, t, parts, W, nmix, norm_eps, smix);
-    if (threadIdx.x == 0) {
-        float* mb = mixbuf + (i64)t * (hc + hc * hc);
-        for (int i = 0; i < hc; i++) spre[i] = sigmoidf_(smix[i] * scale[0] + base[i]) + hc_eps;
-        for (int k = 0; k < hc; k++) mb[k] = 2.f * sigmoidf_(smix[hc + k] * scale[1] + base[hc + k]);
-        float c[16];
-        for (int i = 0; i < hc; i++) {
-            float mx = NEG_INF;
-            for (int j = 0; j < hc; j++) {
-                c[i * hc + j] = smix[2 * hc + i * hc + j] * scale[2] + base[2 * hc + i * hc + j];
-                mx = fmaxf(mx, c[i * hc + j]);
-            }
-            float s = 0.f;
-            for (int j = 0; j < hc; j++) {
-                c[i * hc + j] = expf(c[i * hc + j] - mx);
-                s += c[i * hc + j];
-            }
-            for (int j = 0; j < hc; j++) c[i * hc + j] = c[i * hc + j] / s + hc_eps;
-        }
-        // Column normalization first, then (row, column) pairs: `iters` column passes in all.
-        for (int it = 0; it < (iters > 1 ? iters : 1); it++) {
-            if (it > 0) {
-                for (int i = 0; i < hc; i++) {
-                    float s = 0.f;
-                    for (int j = 0; j < hc; j++) s += c[i * hc + j];
-                    for (int j = 0; j < hc; j++) c[i * hc + j] /= s + hc_eps;
-                }
-            }
-            for (int j = 0; j < hc; j++) {
-                float s = 0.f;
-                for (int i = 0; i < hc; i++) s += c[i * hc + j];
-                for (int i = 0; i < hc; i++) c[i * hc + j] /= s + hc_eps;
-            }
-        }
-        for (int i = 0; i < hc * hc; i++) mb[hc + i] = c[i];
-    }
+    hc_mixers(smix, base, scale, hc, iters, hc_eps, mixbuf + (i64)t * (hc + hc * hc), spre);
     __syncthreads();
     float ss = 0.f;
+    // Unrolled so the loads of several columns are in flight at once (one block per token).
+#pragma unroll 4
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float u = 0.f;
-        for (int i = 0; i < hc; i++) u += spre[i] * Xt[i * D + c];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (i < hc) u += spre[i] * Xt[i * D + c];
         su[c] = u;
         ss += u * u;
     }
@@ -153,11 +171,16 @@ extern "C" __global__ void hc_post(float* __restrict__ X, const float* __restric
     const float* mb = mixbuf + (i64)t * (hc + hc * hc);
     float* Xt = X + (i64)t * hc * D;
     float old[4];
-    for (int j = 0; j < hc; j++) old[j] = Xt[j * D + c];
+#pragma unroll
+    for (int j = 0; j < 4; j++) old[j] = j < hc ? Xt[j * D + c] : 0.f;
     const float yv = y[(i64)t * D + c];
-    for (int k = 0; k < hc; k++) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (k >= hc) break;
         float v = mb[k] * yv;
-        for (int j = 0; j < hc; j++) v += mb[hc + j * hc + k] * old[j];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (j < hc) v += mb[hc + j * hc + k] * old[j];
         Xt[k * D + c] = v;
     }
 }
@@ -179,9 +202,13 @@ extern "C" __global__ void __launch_bounds__(256) hc_head(
     if (threadIdx.x < hc) spre[threadIdx.x] = sigmoidf_(smix[threadIdx.x] * scale + base[threadIdx.x]) + hc_eps;
     __syncthreads();
     float ss = 0.f;
+    // Unrolled so the loads of several columns are in flight at once (one block per token).
+#pragma unroll 4
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float u = 0.f;
-        for (int i = 0; i < hc; i++) u += spre[i] * Xt[i * D + c];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (i < hc) u += spre[i] * Xt[i * D + c];
         su[c] = u;
         ss += u * u;
     }

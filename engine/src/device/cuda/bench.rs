@@ -66,7 +66,11 @@ pub fn charge_work(
     clock: &mut StageClock,
 ) {
     let t = positions.len() as u64;
-    let lin = |x: &super::weights::GLinear| (x.expert_bytes(), 2 * (x.rows * x.cols) as u64 * t);
+    // Every matrix of a (stacked) dense linear is read once and applied to every token.
+    let lin = |x: &super::weights::GLinear| {
+        let n = x.experts as u64;
+        (n * x.expert_bytes(), 2 * n * (x.rows * x.cols) as u64 * t)
+    };
     let (d, hc) = (cfg.hidden_size as u64, cfg.hc_mult as u64);
     for (l, lw) in w.layers.iter().enumerate() {
         let a = &lw.attn;

@@ -295,9 +295,7 @@ pub fn dummy_weights(
             wq_b: f.linear(fp8, h * hd, c.q_lora_rank, 1)?,
             wkv: f.linear(fp8, hd, d, 1)?,
             kv_norm: f.vec(hd, 0.1, 1.0)?,
-            wo_a: (0..c.o_groups)
-                .map(|_| f.linear(fp8, c.o_lora_rank, gi, 1))
-                .collect::<Result<_>>()?,
+            wo_a: vec![f.linear(fp8, c.o_lora_rank, gi, c.o_groups)?],
             wo_b: f.linear(fp8, d, c.o_groups * c.o_lora_rank, 1)?,
             sinks: f.vec(h, 1.0, 0.0)?,
             compressor,

@@ -34,6 +34,15 @@ impl Fmt {
         amdahl_kernels::LINEAR_FORMATS[self as usize]
     }
 
+    /// Weights per lane load of the tensor-core kernels, in units of 8 (`linear.cu`: `Vec<FMT>::V`).
+    pub fn vec(self) -> usize {
+        match self {
+            Fmt::Nvfp4 | Fmt::Mxfp4 => 4,
+            Fmt::Fp8BlockE8m0 | Fmt::Fp8BlockF32 | Fmt::Fp8Tensor => 2,
+            Fmt::Bf16 | Fmt::F32 | Fmt::F16 => 1,
+        }
+    }
+
     /// Stored bytes of a `rows × cols` weight (codes + scales).
     pub fn bytes(self, rows: usize, cols: usize) -> usize {
         let n = rows * cols;
@@ -169,6 +178,20 @@ fn parts(l: &Linear) -> Parts<'_> {
 }
 
 impl GLinear {
+    /// Whether these linears can be stacked into one `GLinear` (same shape, format, scale
+    /// layout and FP8 row phase): then they run as one grouped launch.
+    pub fn stackable(ls: &[&Linear]) -> bool {
+        let ps: Vec<Parts<'_>> = ls.iter().map(|l| parts(l)).collect();
+        ps.iter().zip(ls).all(|(p, l)| {
+            l.out_features == ls[0].out_features
+                && l.in_features == ls[0].in_features
+                && p.fmt == ps[0].fmt
+                && p.w.len() == ps[0].w.len()
+                && p.s.len() == ps[0].s.len()
+                && p.row_phase == ps[0].row_phase
+        })
+    }
+
     /// Uploads one linear, or several of identical shape and format stacked as experts.
     pub fn upload(gpu: &Gpu, name: &str, ls: &[&Linear]) -> Result<Self> {
         let first = ls
@@ -306,6 +329,8 @@ pub struct GAttn {
     pub wq_b: GLinear,
     pub wkv: GLinear,
     pub kv_norm: DevBuf,
+    /// The output groups' first projections, in group order: one stacked `GLinear` (a grouped
+    /// launch) when the groups stack, else one per group.
     pub wo_a: Vec<GLinear>,
     pub wo_b: GLinear,
     pub sinks: DevBuf,
@@ -350,12 +375,18 @@ impl GAttn {
             wq_b: GLinear::upload(gpu, &format!("{p}.wq_b"), &[&a.wq_b])?,
             wkv: GLinear::upload(gpu, &format!("{p}.wkv"), &[&a.wkv])?,
             kv_norm: vecf(gpu, &a.kv_norm)?,
-            wo_a: a
-                .wo_a
-                .iter()
-                .enumerate()
-                .map(|(g, w)| GLinear::upload(gpu, &format!("{p}.wo_a[{g}]"), &[w]))
-                .collect::<Result<_>>()?,
+            wo_a: {
+                let groups: Vec<&Linear> = a.wo_a.iter().collect();
+                if GLinear::stackable(&groups) {
+                    vec![GLinear::upload(gpu, &format!("{p}.wo_a"), &groups)?]
+                } else {
+                    groups
+                        .iter()
+                        .enumerate()
+                        .map(|(g, w)| GLinear::upload(gpu, &format!("{p}.wo_a[{g}]"), &[w]))
+                        .collect::<Result<_>>()?
+                }
+            },
             wo_b: GLinear::upload(gpu, &format!("{p}.wo_b"), &[&a.wo_b])?,
             sinks: vecf(gpu, &a.sinks)?,
             compressor,

@@ -310,20 +310,22 @@ impl GpuModel {
         )?);
 
         tm.mark(g, Stage::AttnProj, cap)?;
-        let groups = a.wo_a.len();
+        let groups: usize = a.wo_a.iter().map(|w| w.experts).sum();
         let gi = h * hd / groups;
         let ol = c.o_lora_rank;
-        for (gidx, wg) in a.wo_a.iter().enumerate() {
+        let mut first = 0;
+        for wg in &a.wo_a {
             tm.count(k::linear(
                 g,
                 wg,
-                bf.attn_out.at(gidx * gi * 2),
+                bf.attn_out.at(first * gi * 2),
                 h * hd,
-                bf.z.at(gidx * ol * 2),
+                bf.z.at(first * ol * 2),
                 groups * ol,
                 t,
                 true,
             )?);
+            first += wg.experts;
         }
         tm.count(k::linear(
             g,

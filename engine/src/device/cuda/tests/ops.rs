@@ -91,6 +91,47 @@ fn linears_in_every_format_match_the_cpu() {
     }
 }
 
+/// The grouped output projection in one launch, as V4-Flash runs it: 8 stacked FP8 matrices of
+/// 1024 × 4096, matrix e reading x columns [4096·e, …) and writing y columns [1024·e, …), bf16
+/// out, at 1, 16 and 64 tokens (split K at the smaller counts).
+#[test]
+fn grouped_linear_matches_the_cpu_per_group() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(4);
+    let (groups, n, kk) = (8usize, 1024usize, 4096usize);
+    let lins: Vec<Linear> = (0..groups)
+        .map(|_| linear_of("fp8b_e8m0", &randn(&mut rng, n * kk, 0.02), n, kk))
+        .collect();
+    let refs: Vec<&Linear> = lins.iter().collect();
+    assert!(crate::device::cuda::weights::GLinear::stackable(&refs));
+    let gl = crate::device::cuda::weights::GLinear::upload(&g, "wo_a", &refs).unwrap();
+    for m in [1usize, 16, 64] {
+        let (ldx, ldy) = (groups * kk, groups * n);
+        let x = bf16_round(&randn(&mut rng, m * ldx, 1.0));
+        let xb = g.upload(&to_bf16_bits(&x)).unwrap();
+        let y = poisoned(&g, m * ldy * 2);
+        k::linear(&g, &gl, xb.ptr(), ldx, y.ptr(), ldy, m, true).unwrap();
+        let raw: Vec<u16> = g.read(&y, 0, m * ldy).unwrap();
+        for (e, lin) in lins.iter().enumerate() {
+            let xe: Vec<f32> = (0..m)
+                .flat_map(|r| x[r * ldx + e * kk..r * ldx + (e + 1) * kk].to_vec())
+                .collect();
+            let want = lin.forward(&Mat::from_vec(m, kk, xe));
+            let got: Vec<f32> = (0..m)
+                .flat_map(|r| {
+                    raw[r * ldy + e * n..r * ldy + (e + 1) * n]
+                        .iter()
+                        .map(|&b| half::bf16::from_bits(b).to_f32())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let err = rel_l2(&got, &want.data);
+            println!("grouped linear m={m} group {e}: rel l2 {err:.2e}");
+            assert!(err <= TOL, "grouped linear m={m} group {e}: {err:.3e}");
+        }
+    }
+}
+
 /// The grouped output projection's use: column offsets into x and y, bf16 output.
 #[test]
 fn linear_with_strides_and_bf16_output() {
