@@ -753,41 +753,25 @@ LINEAR_FORMAT(fp8t, FMT_FP8T)
 LINEAR_FORMAT(nvfp4, FMT_NVFP4)
 LINEAR_FORMAT(mxfp4, FMT_MXFP4)
 
-#define F32X_TOKENS 4  // tokens per warp of linear_f32x (launch/mod.rs: F32X_TOKENS)
-
 // f32-input linear for small, selection-sensitive projections (the MoE router): one warp per
-// (row n, F32X_TOKENS tokens), weights dequantized from any dense format. y [M, N] f32.
+// (row n, token m), weights dequantized from any dense format. y [M, N] f32.
 template <int FMT>
 __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx,
                                    float* __restrict__ y, int M, int N, int K) {
     const int lane = threadIdx.x & 31;
     const i64 wid = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (wid >= (i64)F32X_TOKENS * N * ((M + F32X_TOKENS - 1) / F32X_TOKENS)) return;
-    // One warp per (row n, group of F32X_TOKENS tokens): the row's weights are read once for the
-    // group; each token's sum runs in the same order as alone.
-    const int n = (int)(wid % N), m0 = (int)(wid / N) * F32X_TOKENS;
-    float s[F32X_TOKENS];
-#pragma unroll
-    for (int j = 0; j < F32X_TOKENS; j++) s[j] = 0.f;
-#pragma unroll 2
+    if (wid >= (i64)M * N) return;
+    const int n = (int)(wid % N), m = (int)(wid / N);
+    float s = 0.f;
     for (int k = lane * 8; k < K; k += 256) {
         float w[8];
         load_w8f<FMT>(d, 0, n, k, K, w);
+        const float* xp = x + (i64)m * ldx + k;
 #pragma unroll
-        for (int j = 0; j < F32X_TOKENS; j++) {
-            if (m0 + j >= M) break;
-            const float4* xp = reinterpret_cast<const float4*>(x + (i64)(m0 + j) * ldx + k);
-            const float4 a = xp[0], b = xp[1];
-            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) s[j] += w[i] * xv[i];
-        }
+        for (int i = 0; i < 8; i++) s += w[i] * xp[i];
     }
-#pragma unroll
-    for (int j = 0; j < F32X_TOKENS; j++) {
-        const float v = warp_sum(s[j]);
-        if (lane == 0 && m0 + j < M) y[(i64)(m0 + j) * N + n] = v;
-    }
+    s = warp_sum(s);
+    if (lane == 0) y[(i64)m * N + n] = s;
 }
 
 #define F32X_ENTRY(NAME, FMT)                                                             \

@@ -8,3 +8,4 @@ pub mod moe;
 pub mod norm;
 pub mod rope;
 pub mod sampling;
+pub mod ties;

@@ -147,15 +147,27 @@ pub(crate) fn forward(
                     .sum();
                 let dim = ix.dim as u64;
                 key_work = (keys_read * dim * 4, keys_read * dim * 2 * ix.heads as u64);
-                selected = rows
+                let ties = crate::ops::ties::enabled();
+                let picked: Vec<(Vec<usize>, f32)> = rows
                     .clone()
                     .into_par_iter()
                     .enumerate()
                     .map(|(i, r)| {
                         let n_vis = (start + i + 1) / ratio;
-                        ix.select(iq.row(r), iw.row(r), &st.entries, n_vis)
+                        if ties {
+                            ix.select_with_margin(iq.row(r), iw.row(r), &st.entries, n_vis)
+                        } else {
+                            (
+                                ix.select(iq.row(r), iw.row(r), &st.entries, n_vis),
+                                f32::INFINITY,
+                            )
+                        }
                     })
                     .collect();
+                for (r, (_, m)) in rows.clone().zip(&picked) {
+                    crate::ops::ties::record(r, *m);
+                }
+                selected = picked.into_iter().map(|(s, _)| s).collect();
             });
         }
         clock.time(Stage::Attention, || {

@@ -43,6 +43,23 @@ impl Indexer {
         let s = self.scores(q, w, keys, n_vis);
         top_k(&s, self.topk)
     }
+
+    /// [`select`](Self::select) and the choice's relative margin (`ops::ties::margin`).
+    pub fn select_with_margin(
+        &self,
+        q: &[f32],
+        w: &[f32],
+        keys: &[f32],
+        n_vis: usize,
+    ) -> (Vec<usize>, f32) {
+        let s = self.scores(q, w, keys, n_vis);
+        let mut sorted = s.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        (
+            top_k(&s, self.topk),
+            crate::ops::ties::margin(&sorted, self.topk),
+        )
+    }
 }
 
 /// Indices of the `k` largest values, larger first, ties to the lower index.

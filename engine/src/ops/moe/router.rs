@@ -66,6 +66,10 @@ impl Router {
                     let mut idx: Vec<usize> = (0..s.len()).collect();
                     let key = |i: usize| s[i] + bias[i];
                     idx.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
+                    if crate::ops::ties::enabled() {
+                        let keys: Vec<f32> = idx.iter().map(|&i| key(i)).collect();
+                        crate::ops::ties::record(t, crate::ops::ties::margin(&keys, k));
+                    }
                     idx[..k].iter().map(|&i| i as u32).collect()
                 }
                 Selection::Hash { tid2eid, vocab } => {

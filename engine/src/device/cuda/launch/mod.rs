@@ -86,7 +86,7 @@ pub fn linear(
 /// f32-input linear (router): y [m, N] f32.
 pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize) -> Result<u64> {
     let name = format!("linear_f32x_{}", w.fmt.name());
-    let warps = m.div_ceil(amdahl_kernels::F32X_TOKENS) * w.rows;
+    let warps = m * w.rows;
     let l = Launch::new((warps.div_ceil(8), 1, 1), 256, 0);
     gpu.launch_named(
         &name,
