@@ -91,6 +91,19 @@ fn linears_in_every_format_match_the_cpu() {
     }
 }
 
+/// Columns [at, at + width) of the first `rows` rows of a row-major matrix with row stride `ld`.
+fn columns(x: &[f32], ld: usize, rows: usize, at: usize, width: usize) -> Vec<f32> {
+    (0..rows)
+        .flat_map(|r| x[r * ld + at..r * ld + at + width].to_vec())
+        .collect()
+}
+
+fn from_bf16(bits: &[u16]) -> Vec<f32> {
+    bits.iter()
+        .map(|&b| half::bf16::from_bits(b).to_f32())
+        .collect()
+}
+
 /// The grouped output projection in one launch, as V4-Flash runs it: 8 stacked FP8 matrices of
 /// 1024 × 4096, matrix e reading x columns [4096·e, …) and writing y columns [1024·e, …), bf16
 /// out, at 1, 16 and 64 tokens (split K at the smaller counts).
@@ -113,18 +126,9 @@ fn grouped_linear_matches_the_cpu_per_group() {
         k::linear(&g, &gl, xb.ptr(), ldx, y.ptr(), ldy, m, true).unwrap();
         let raw: Vec<u16> = g.read(&y, 0, m * ldy).unwrap();
         for (e, lin) in lins.iter().enumerate() {
-            let xe: Vec<f32> = (0..m)
-                .flat_map(|r| x[r * ldx + e * kk..r * ldx + (e + 1) * kk].to_vec())
-                .collect();
+            let xe = columns(&x, ldx, m, e * kk, kk);
             let want = lin.forward(&Mat::from_vec(m, kk, xe));
-            let got: Vec<f32> = (0..m)
-                .flat_map(|r| {
-                    raw[r * ldy + e * n..r * ldy + (e + 1) * n]
-                        .iter()
-                        .map(|&b| half::bf16::from_bits(b).to_f32())
-                        .collect::<Vec<_>>()
-                })
-                .collect();
+            let got = columns(&from_bf16(&raw), ldy, m, e * n, n);
             let err = rel_l2(&got, &want.data);
             println!("grouped linear m={m} group {e}: rel l2 {err:.2e}");
             assert!(err <= TOL, "grouped linear m={m} group {e}: {err:.3e}");
@@ -144,22 +148,13 @@ fn linear_with_strides_and_bf16_output() {
     let lin = linear_of("fp8b_e8m0", &w, n, kk);
     let gl = crate::device::cuda::weights::GLinear::upload(&g, "wo_a", &[&lin]).unwrap();
     let xfull = bf16_round(&randn(&mut rng, m * ldx, 1.0));
-    let x: Vec<f32> = (0..m)
-        .flat_map(|r| xfull[r * ldx + xo..r * ldx + xo + kk].to_vec())
-        .collect();
+    let x = columns(&xfull, ldx, m, xo, kk);
     let want = lin.forward(&Mat::from_vec(m, kk, x));
     let xb = g.upload(&to_bf16_bits(&xfull)).unwrap();
     let y = poisoned(&g, m * ldy * 2);
     k::linear(&g, &gl, xb.at(xo * 2), ldx, y.at(yo * 2), ldy, m, true).unwrap();
     let raw: Vec<u16> = g.read(&y, 0, m * ldy).unwrap();
-    let got: Vec<f32> = (0..m)
-        .flat_map(|r| {
-            raw[r * ldy + yo..r * ldy + yo + n]
-                .iter()
-                .map(|&b| half::bf16::from_bits(b).to_f32())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let got = columns(&from_bf16(&raw), ldy, m, yo, n);
     let e = rel_l2(&got, &want.data);
     println!("strided bf16-out linear: rel l2 {e:.2e}");
     assert!(e <= TOL);
