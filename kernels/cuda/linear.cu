@@ -654,30 +654,47 @@ __device__ __forceinline__ void warp_items(const int* act_list, int N, int* begi
     *end = min(total, *begin + per);
 }
 
-// Decode-time MoE up projection with the clamped SwiGLU, one warp per 16-row tile.
-template <int FMT, int U>
-__device__ void moe_up_warp_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
-                                   const int* __restrict__ offsets, const int* __restrict__ tok_of,
-                                   const int* __restrict__ act_list, u16* __restrict__ act, int N,
-                                   int K, float limit) {
+// The loop of the warp expert kernels: for every (active expert, 16-row tile) this warp owns
+// and every 8 of the expert's plan entries, the tile over all of K (`xrow(entry)`: the entry's
+// input row), each lane's 4 results handed to `store(e, entry, n, acc0, acc1)` for in-range
+// rows n and entries.
+template <int FMT, int DUAL, int U, class XRow, class Store>
+__device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d1,
+                                                 const int* __restrict__ offsets,
+                                                 const int* __restrict__ act_list, int N, int K,
+                                                 XRow xrow, Store store) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int begin, end, groups;
     warp_items(act_list, N, &begin, &end, &groups);
     for (int item = begin; item < end; item++) {
         const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
         const int start = offsets[e], count = offsets[e + 1] - start;
-        const float p1 = post_scale<FMT>(w1, e), p3 = post_scale<FMT>(w3, e);
         for (int m0 = 0; m0 < count; m0 += 8) {
-            float a1[4] = {0.f, 0.f, 0.f, 0.f}, a3[4] = {0.f, 0.f, 0.f, 0.f};
-            const u16* xr = m0 + g < count ? x + (i64)tok_of[start + m0 + g] * ldx : nullptr;
-            warp_core<FMT, 1, U>(w1, w3, e, n0, N, K, xr, a1, a3);
+            float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
+            const u16* xr = m0 + g < count ? xrow(start + m0 + g) : nullptr;
+            warp_core<FMT, DUAL, U>(d0, d1, e, n0, N, K, xr, a0, a1);
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int n = n0 + g + ((r & 2) ? 8 : 0), m = m0 + 2 * t + (r & 1);
-                if (n < N && m < count) act[(i64)(start + m) * N + n] = f2bf(swiglu(a1[r] * p1, a3[r] * p3, limit));
+                if (n < N && m < count) store(e, start + m, n, a0[r], a1[r]);
             }
         }
     }
+}
+
+// Decode-time MoE up projection with the clamped SwiGLU, one warp per 16-row tile.
+template <int FMT, int U>
+__device__ void moe_up_warp_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
+                                   const int* __restrict__ offsets, const int* __restrict__ tok_of,
+                                   const int* __restrict__ act_list, u16* __restrict__ act, int N,
+                                   int K, float limit) {
+    warp_expert_loop<FMT, 1, U>(
+        w1, w3, offsets, act_list, N, K,
+        [&](int entry) { return x + (i64)tok_of[entry] * ldx; },
+        [&](int e, int entry, int n, float v1, float v3) {
+            act[(i64)entry * N + n] =
+                f2bf(swiglu(v1 * post_scale<FMT>(w1, e), v3 * post_scale<FMT>(w3, e), limit));
+        });
 }
 
 // Decode-time MoE down projection, rows scaled by their routing weight.
@@ -686,24 +703,12 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
                                      const int* __restrict__ offsets, const float* __restrict__ wt,
                                      const int* __restrict__ act_list, float* __restrict__ y, int N,
                                      int K) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int begin, end, groups;
-    warp_items(act_list, N, &begin, &end, &groups);
-    for (int item = begin; item < end; item++) {
-        const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
-        const int start = offsets[e], count = offsets[e + 1] - start;
-        const float post = post_scale<FMT>(w2, e);
-        for (int m0 = 0; m0 < count; m0 += 8) {
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
-            const u16* xr = m0 + g < count ? act + (i64)(start + m0 + g) * K : nullptr;
-            warp_core<FMT, 0, U>(w2, w2, e, n0, N, K, xr, acc, acc);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int n = n0 + g + ((r & 2) ? 8 : 0), m = m0 + 2 * t + (r & 1);
-                if (n < N && m < count) y[(i64)(start + m) * N + n] = acc[r] * post * wt[start + m];
-            }
-        }
-    }
+    warp_expert_loop<FMT, 0, U>(
+        w2, w2, offsets, act_list, N, K,
+        [&](int entry) { return act + (i64)entry * K; },
+        [&](int e, int entry, int n, float v, float) {
+            y[(i64)entry * N + n] = v * post_scale<FMT>(w2, e) * wt[entry];
+        });
 }
 
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
