@@ -311,21 +311,21 @@ __device__ __forceinline__ void load_wv(const WDesc& d, int e, int n, int k, int
     decode_raw<FMT, V>(load_raw<FMT>(d, e, n, k, K), out);
 }
 
-// Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of the
-// superchunks [sc_lo, sc_hi) of K (the block's warps split the range).
+// Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of K.
 // xr[j]: row pointer (bf16) of token j·8 + g of the group, or null.
 template <int FMT, int NT, int DUAL>
 __device__ __forceinline__ void mma_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
-                                         int K, int sc_lo, int sc_hi, const u16* const xr[NT],
-                                         float acc0[NT][4], float acc1[NT][4]) {
+                                         int K, const u16* const xr[NT], float acc0[NT][4],
+                                         float acc1[NT][4]) {
     constexpr int V = Vec<FMT>::V;
     constexpr int SC = 32 * V;
     constexpr int U = (NT >= 4) ? 1 : (DUAL ? (V >= 2 ? 1 : 2) : (V == 4 ? 2 : 4 / V));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
-    const int per = (sc_hi - sc_lo + LIN_WARPS - 1) / LIN_WARPS;
-    const int c_begin = sc_lo + warp * per, c_end = min(sc_hi, c_begin + per);
+    const int nsc = (K + SC - 1) / SC;
+    const int per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
     for (int c0 = c_begin; c0 < c_end; c0 += U) {
         u32 wa[U][4 * V], wb[U][4 * V], va[U][4 * V], vb[U][4 * V];
         u32 xv[U][NT][4 * V];
@@ -416,33 +416,17 @@ __device__ __forceinline__ void tile_coord(int i, int* row, int* tok) {
     *tok = j * 8 + 2 * (lane & 3) + (r & 1);
 }
 
-// Superchunks (32·V weights: one 16-byte load per lane group) that cover K.
-template <int FMT>
-__device__ __forceinline__ int superchunks(int K) {
-    return (K + 32 * Vec<FMT>::V - 1) / (32 * Vec<FMT>::V);
-}
-
 // Dense linear: x [M, ldx] bf16 (K columns used) → y [M, ldy] at column offset 0, f32 or bf16.
 // A stacked weight (gridDim.z = its matrices) is a grouped linear: matrix e maps x columns
 // [e·K, (e+1)·K) to y columns [e·N, (e+1)·N).
-// Block (tile, s) of a grid with gridDim.y = S > 1 splits K: it takes the s-th of S equal runs of
-// superchunks (M <= 8·NT: one token group) and writes its raw tile to ws[tile][s]; the last block
-// of the tile to arrive (counters[tile], reset by it for the next launch) sums the S partials in
-// split order, so the result does not depend on which block finishes first.
 template <int FMT, int NT>
 __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
-                              int M, int N, int K, int out_bf16, float* __restrict__ ws,
-                              int* __restrict__ counters) {
+                              int M, int N, int K, int out_bf16) {
     extern __shared__ float red[];
-    __shared__ int last;
     const int n0 = blockIdx.x * 16, e = blockIdx.z;
-    const int tile = e * gridDim.x + blockIdx.x;
     const int g = (threadIdx.x & 31) >> 2;
-    const int S = gridDim.y, s = blockIdx.y;
     x += (i64)e * K;
     y = out_bf16 ? (void*)(reinterpret_cast<u16*>(y) + (i64)e * N) : (void*)(reinterpret_cast<float*>(y) + (i64)e * N);
-    const int nsc = superchunks<FMT>(K), run = (nsc + S - 1) / S;
-    const int sc_lo = min(nsc, s * run), sc_hi = min(nsc, sc_lo + run);
     const float post = post_scale<FMT>(d, e);
     for (int m0 = 0; m0 < M; m0 += 8 * NT) {
         float acc[NT][4];
@@ -453,27 +437,8 @@ __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void*
             int m = m0 + j * 8 + g;
             xr[j] = m < M ? x + (i64)m * ldx : nullptr;
         }
-        mma_core<FMT, NT, 0>(d, d, e, n0, N, K, sc_lo, sc_hi, xr, acc, acc);
+        mma_core<FMT, NT, 0>(d, d, e, n0, N, K, xr, acc, acc);
         reduce_warps<NT>(acc, red);
-        if (S > 1) {
-            float* mine = ws + ((i64)tile * S + s) * 128 * NT;
-            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) mine[i] = red[i];
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                last = atomicAdd(&counters[tile], 1) == S - 1;
-                if (last) counters[tile] = 0;
-            }
-            __syncthreads();
-            if (!last) return;
-            __threadfence();
-            const float* all = ws + (i64)tile * S * 128 * NT;
-            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
-                float v = 0.f;
-                for (int q = 0; q < S; q++) v += __ldcg(all + (i64)q * 128 * NT + i);
-                red[i] = v;
-            }
-        }
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);
@@ -520,7 +485,7 @@ __device__ void moe_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int
             int m = m0 + j * 8 + g;
             xr[j] = m < count ? x + (i64)tok_of[start + m] * ldx : nullptr;
         }
-        mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, 0, superchunks<FMT>(K), xr, a1, a3);
+        mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, xr, a1, a3);
         reduce_warps<NT>(a1, red);
         reduce_warps<NT>(a3, red3);
         const float p1 = post_scale<FMT>(w1, e), p3 = post_scale<FMT>(w3, e);
@@ -557,7 +522,7 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
             int m = m0 + j * 8 + g;
             xr[j] = m < count ? act + (i64)(start + m) * K : nullptr;
         }
-        mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, 0, superchunks<FMT>(K), xr, acc, acc);
+        mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, xr, acc, acc);
         reduce_warps<NT>(acc, red);
         const float post = post_scale<FMT>(w2, e);
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
@@ -713,9 +678,8 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
     extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(        \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, float* ws,  \
-        int* counters) {                                                                                 \
-        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16, ws, counters);                      \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {           \
+        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                                    \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(        \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \

@@ -184,15 +184,9 @@ pub struct GpuInfo {
     pub max_smem_optin: usize,
 }
 
-/// Most K splits of one dense linear (`launch::k_splits`).
-pub const SPLIT_K_MAX: usize = 16;
-
 /// One GPU with its stream and loaded kernels.
 pub struct Gpu {
     pub info: GpuInfo,
-    /// Split-K partial tiles and per-tile arrival counters of the dense linears (`linear.cu`),
-    /// shared by every launch: the one stream orders them.
-    split_k: Option<(DevBuf, DevBuf)>,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     _modules: Vec<Arc<CudaModule>>,
@@ -286,28 +280,13 @@ impl Gpu {
             }
             funcs.insert(ename, cf);
         }
-        let mut gpu = Self {
+        Ok(Self {
             info,
-            split_k: None,
             ctx,
             stream,
             _modules: modules,
             funcs,
-        };
-        // A split linear has fewer than 2 × SMs tiles and at most ⌈2 × SMs / tiles⌉ splits:
-        // under 4 × SMs partial tiles of up to 128 × 8 floats.
-        let sms = gpu.info.sms;
-        gpu.split_k = Some((gpu.alloc(4 * sms * 128 * 8 * 4)?, gpu.zeros(4 * 2 * sms)?));
-        gpu.sync()?;
-        Ok(gpu)
-    }
-
-    /// Device pointers of the split-K workspace (partial tiles) and its zeroed counters.
-    pub fn split_k_space(&self) -> Result<(u64, u64)> {
-        self.split_k
-            .as_ref()
-            .map(|(ws, counters)| (ws.ptr(), counters.ptr()))
-            .ok_or_else(|| EngineError::Device("the split-K workspace was not allocated".into()))
+        })
     }
 
     pub fn bind(&self) -> Result<()> {

@@ -34,15 +34,6 @@ impl Fmt {
         amdahl_kernels::LINEAR_FORMATS[self as usize]
     }
 
-    /// Weights per lane load of the tensor-core kernels, in units of 8 (`linear.cu`: `Vec<FMT>::V`).
-    pub fn vec(self) -> usize {
-        match self {
-            Fmt::Nvfp4 | Fmt::Mxfp4 => 4,
-            Fmt::Fp8BlockE8m0 | Fmt::Fp8BlockF32 | Fmt::Fp8Tensor => 2,
-            Fmt::Bf16 | Fmt::F32 | Fmt::F16 => 1,
-        }
-    }
-
     /// Stored bytes of a `rows × cols` weight (codes + scales).
     pub fn bytes(self, rows: usize, cols: usize) -> usize {
         let n = rows * cols;

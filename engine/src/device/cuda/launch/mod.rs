@@ -29,24 +29,8 @@ pub fn tiles_for(m: usize) -> usize {
     }
 }
 
-/// K splits of a dense linear (all its stacked matrices) for `m` tokens: enough blocks for two
-/// per SM when the 16-row tiles alone are fewer, each warp keeping at least one
-/// superchunk (32·V weights) of K; 1 (no split) for more tokens than one token group.
-pub fn k_splits(sms: usize, w: &GLinear, m: usize) -> usize {
-    let tiles = w.rows.div_ceil(16) * w.experts;
-    let superchunks = w.cols.div_ceil(32 * w.fmt.vec());
-    if m > 8 * tiles_for(m) || tiles >= 2 * sms {
-        return 1;
-    }
-    (2 * sms)
-        .div_ceil(tiles)
-        .min(superchunks / 8)
-        .clamp(1, super::gpu::SPLIT_K_MAX)
-}
-
-/// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16. Small
-/// matrices split K across blocks (`k_splits`), summed in a fixed order by the last block. A
-/// stacked weight (`experts` > 1) is a grouped linear in one launch: matrix e reads x columns
+/// `y[m, ldy] (+col offset in the pointer) = x[m, ldx] · Wᵀ`, bf16 x; y f32 or bf16. A stacked
+/// weight (`experts` > 1) is a grouped linear in one launch: matrix e reads x columns
 /// [e·cols, (e+1)·cols) and writes y columns [e·rows, (e+1)·rows).
 #[allow(clippy::too_many_arguments)]
 pub fn linear(
@@ -61,9 +45,7 @@ pub fn linear(
 ) -> Result<u64> {
     let nt = tiles_for(m);
     let name = linear_entry("linear", w.fmt.name(), nt);
-    let splits = k_splits(gpu.info.sms, w, m);
-    let (ws, counters) = gpu.split_k_space()?;
-    let l = Launch::new((w.rows.div_ceil(16), splits, w.experts), 256, lin_smem(nt));
+    let l = Launch::new((w.rows.div_ceil(16), 1, w.experts), 256, lin_smem(nt));
     gpu.launch_named(
         &name,
         l,
@@ -76,9 +58,7 @@ pub fn linear(
             .usize(m)
             .usize(w.rows)
             .usize(w.cols)
-            .i32(out_bf16 as i32)
-            .ptr(ws)
-            .ptr(counters),
+            .i32(out_bf16 as i32),
     )?;
     Ok(l.blocks())
 }
