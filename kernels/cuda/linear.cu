@@ -23,6 +23,12 @@
 // codes are placed into bf16 bit fields (the value times 2^-120) and scaled by (block scale ·
 // 2^100). What a format leaves out of the MMA operand (the NVFP4 / per-tensor global scale, the
 // 2^20 of the FP8 placement) is its `post_scale`, applied to the f32 accumulators.
+//
+// The tiled FP4 formats (NVFP4T, MXFP4T; engine/src/quant/fp4_tiles.rs) are what upload makes of
+// FP4 weights with rows % 16 == 0 and K % 128 == 0: 16×128 blocks stored in this load order (a
+// warp load is 512 contiguous bytes), each code's bits placed so `fp4t_word` unpacks 8 of them in
+// 11 integer ops, scales re-coded so their bf16 (·2^100) is 2 ops. The row-major FP4 decode was
+// the integer pipe's bound (ncu, H200 batch 16: ALU 73.5% busy at 41% of DRAM bandwidth).
 
 #define FMT_BF16 0
 #define FMT_F32 1
@@ -32,6 +38,13 @@
 #define FMT_FP8T 5
 #define FMT_NVFP4 6
 #define FMT_MXFP4 7
+#define FMT_NVFP4T 8
+#define FMT_MXFP4T 9
+
+// FP4 formats, and the tiled ones (engine/src/quant/fp4_tiles.rs: 16×128 blocks in load order,
+// codes bit-placed for `fp4t_word`; rows % 16 == 0, K % 128 == 0).
+#define IS_FP4(F) ((F) == FMT_NVFP4 || (F) == FMT_MXFP4 || (F) == FMT_NVFP4T || (F) == FMT_MXFP4T)
+#define IS_TILED(F) ((F) == FMT_NVFP4T || (F) == FMT_MXFP4T)
 
 #define LIN_WARPS 8
 
@@ -73,6 +86,22 @@ __device__ __forceinline__ void fp4x8_to_bf16(u32 v, u32 out[4]) {
     }
 }
 
+// The 8 codes of one word of the tiled layout as 4 bf16 pairs holding value · 2^-126 exactly:
+// 3 rotates, 4 byte permutes, 4 masks (the layout puts each code's bits where these land).
+__device__ __forceinline__ void fp4t_word(u32 w, u32 out[4]) {
+    const u32 r1 = __funnelshift_r(w, w, 1), r4 = __funnelshift_r(w, w, 4), r5 = __funnelshift_r(w, w, 5);
+    out[0] = __byte_perm(w, r1, 0x5140) & 0x81C081C0u;
+    out[1] = __byte_perm(w, r1, 0x7362) & 0x81C081C0u;
+    out[2] = __byte_perm(r4, r5, 0x5140) & 0x81C081C0u;
+    out[3] = __byte_perm(r4, r5, 0x7362) & 0x81C081C0u;
+}
+
+// 16-byte slot of row n, columns [k, k+32) (k % 32 == 0) in the tiled layout.
+__device__ __forceinline__ i64 tile_slot(int n, int k, int K) {
+    const i64 blk = (i64)(n >> 4) * (K >> 7) + (k >> 7);
+    return blk * 64 + ((n >> 3) & 1) * 32 + (n & 7) * 4 + ((k >> 5) & 3);
+}
+
 // a · b on bf16 pairs (exact whenever the product fits bf16; the −0 addend keeps signs).
 __device__ __forceinline__ u32 bf2_mul(u32 a, u32 b) {
     u32 d;
@@ -104,6 +133,8 @@ __device__ __forceinline__ u32 bf2_bcast(u32 bits16) { return bits16 | (bits16 <
 template <int FMT>
 __device__ __forceinline__ float post_scale(const WDesc& d, int e) {
     if (FMT == FMT_NVFP4) return d.g[e];
+    if (FMT == FMT_NVFP4T) return d.g[e] * 67108864.f;  // 2^26: codes 2^-126, scales 2^100
+    if (FMT == FMT_MXFP4T) return 67108864.f;
     if (FMT == FMT_FP8T) return d.g[e] * 1048576.f;  // 2^20
     if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32) return 1048576.f;
     return 1.f;
@@ -147,6 +178,21 @@ __device__ __forceinline__ void load_w8f(const WDesc& d, int e, int n, int k, in
             u32 word = i < 4 ? v.x : v.y;
             out[i] = e4m3_to_f32((u8)((word >> (8 * (i & 3))) & 0xff)) * sc;
         }
+    } else if (IS_TILED(FMT)) {
+        const i64 slot = tile_slot(n, k & ~31, K);
+        const u32 v = *reinterpret_cast<const u32*>(d.w + e * d.w_stride + slot * 16 + ((k >> 3) & 3) * 4);
+        // Codes are value · 2^-126 and the scale code is scale · 2^100: their product is the
+        // MMA domain (value / 2^26); the value is 2^26 (and the global scale) on.
+        const u32 b = FMT == FMT_NVFP4T ? d.s[e * d.s_stride + slot * 2 + ((k >> 4) & 1)] : d.s[e * d.s_stride + slot];
+        float sc = __uint_as_float((FMT == FMT_NVFP4T ? (b << 4) + 0x6C80u : (b + 100u) << 7) << 16);
+        if (!DOM) sc *= 67108864.f * (FMT == FMT_NVFP4T ? d.g[e] : 1.f);
+        u32 p[4];
+        fp4t_word(v, p);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out[2 * i] = bf_lo(p[i]) * sc;
+            out[2 * i + 1] = bf_hi(p[i]) * sc;
+        }
     } else {  // FP4: NVFP4 or MXFP4, 8 codes in 4 bytes, low nibble = even element
         const u32 v = *reinterpret_cast<const u32*>(d.w + e * d.w_stride + ((i64)n * K + k) / 2);
         float sc;
@@ -183,7 +229,7 @@ __device__ __forceinline__ void load_w8(const WDesc& d, int e, int n, int k, int
 // 16 bytes of weights per row per thread: elements per load group.
 template <int FMT>
 struct Vec {
-    static constexpr int V = (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) ? 4
+    static constexpr int V = IS_FP4(FMT) ? 4
                            : (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) ? 2 : 1;
 };
 
@@ -201,7 +247,13 @@ __device__ __forceinline__ RawW load_raw(const WDesc& d, int e, int n, int k, in
     r.s = 0;
     r.q2 = make_uint4(0, 0, 0, 0);
     const u8* base = d.w + e * d.w_stride;
-    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+    if (IS_TILED(FMT)) {
+        const i64 slot = tile_slot(n, k, K);
+        r.q = *reinterpret_cast<const uint4*>(base + slot * 16);
+        const u8* sp = d.s + e * d.s_stride;
+        if (FMT == FMT_NVFP4T) r.s = *reinterpret_cast<const u16*>(sp + slot * 2);
+        else r.s = sp[slot];
+    } else if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
         r.q = *reinterpret_cast<const uint4*>(base + ((i64)n * K + k) / 2);
         const u8* sp = d.s + e * d.s_stride + (i64)n * d.s_ld;
         if (FMT == FMT_NVFP4) r.s = *reinterpret_cast<const u16*>(sp + (k >> 4));  // k % 32 == 0
@@ -223,21 +275,46 @@ __device__ __forceinline__ RawW load_raw(const WDesc& d, int e, int n, int k, in
     return r;
 }
 
+// Word-at-a-time decoding for the warp kernels (short live ranges): the scales of one raw
+// load, then word w (of 4) of its codes as V bf16 pairs (f32: floats 2w, 2w+1).
+template <int FMT>
+__device__ __forceinline__ void raw_scales(const RawW& r, u32* s0, u32* s1) {
+    *s0 = *s1 = 0;
+    if (FMT == FMT_NVFP4) e4m3x2_bcast(r.s, s0, s1);
+    else if (FMT == FMT_MXFP4) *s0 = *s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);  // 2^(b-127)
+    else if (FMT == FMT_NVFP4T) {  // scale · 2^100 is the bf16 (b << 4) + 0x6C80 (fp4_tiles.rs)
+        *s0 = (__byte_perm(r.s, 0u, 0x4040) << 4) + 0x6C806C80u;
+        *s1 = (__byte_perm(r.s, 0u, 0x4141) << 4) + 0x6C806C80u;
+    } else if (FMT == FMT_MXFP4T) {  // 2^(b-127) · 2^100 is the bf16 (b + 100) << 7
+        *s0 = *s1 = (__byte_perm(r.s, 0u, 0x4040) << 7) + 0x32003200u;
+    }
+    else if (FMT == FMT_FP8T) *s0 = 0x71807180u;
+    else if (FMT == FMT_FP8B_E8M0) *s0 = bf2_bcast((r.s + 100u) << 7);
+    else if (FMT == FMT_FP8B_F32) *s0 = bf2_bcast(f2bf(__uint_as_float(r.s) * 1.2676506002282294e30f));
+}
+
+// One slot of a tiled FP4 weight: its codes and scale bytes.
+template <int FMT>
+__device__ __forceinline__ RawW load_tiled(const u8* q, const u8* sp) {
+    RawW r;
+    r.q = *reinterpret_cast<const uint4*>(q);
+    r.q2 = make_uint4(0, 0, 0, 0);
+    r.s = FMT == FMT_NVFP4T ? *reinterpret_cast<const u16*>(sp) : *sp;
+    return r;
+}
+
 // The raw weights as 4V bf16 pairs in the MMA domain.
 template <int FMT, int V>
 __device__ __forceinline__ void decode_raw(const RawW& r, u32 out[4 * V]) {
     const u32 c[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+    if (IS_FP4(FMT)) {
         u32 s0, s1;
-        if (FMT == FMT_NVFP4) {
-            e4m3x2_bcast(r.s, &s0, &s1);
-        } else {
-            s0 = s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);  // E8M0 2^(b-127) as bf16
-        }
+        raw_scales<FMT>(r, &s0, &s1);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             u32 p[4];
-            fp4x8_to_bf16(c[i], p);
+            if (IS_TILED(FMT)) fp4t_word(c[i], p);
+            else fp4x8_to_bf16(c[i], p);
 #pragma unroll
             for (int j = 0; j < 4; j++) out[(4 * i + j) % (4 * V)] = bf2_mul(p[j], i < 2 ? s0 : s1);
         }
@@ -269,24 +346,13 @@ __device__ __forceinline__ void decode_raw(const RawW& r, u32 out[4 * V]) {
     }
 }
 
-// Word-at-a-time decoding for the warp kernels (short live ranges): the scales of one raw
-// load, then word w (of 4) of its codes as V bf16 pairs (f32: floats 2w, 2w+1).
-template <int FMT>
-__device__ __forceinline__ void raw_scales(const RawW& r, u32* s0, u32* s1) {
-    *s0 = *s1 = 0;
-    if (FMT == FMT_NVFP4) e4m3x2_bcast(r.s, s0, s1);
-    else if (FMT == FMT_MXFP4) *s0 = *s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);
-    else if (FMT == FMT_FP8T) *s0 = 0x71807180u;
-    else if (FMT == FMT_FP8B_E8M0) *s0 = bf2_bcast((r.s + 100u) << 7);
-    else if (FMT == FMT_FP8B_F32) *s0 = bf2_bcast(f2bf(__uint_as_float(r.s) * 1.2676506002282294e30f));
-}
-
 template <int FMT, int V>
 __device__ __forceinline__ void decode_word(const RawW& r, u32 s0, u32 s1, int w, u32 out[V]) {
     const u32 c = w == 0 ? r.q.x : w == 1 ? r.q.y : w == 2 ? r.q.z : r.q.w;
-    if (FMT == FMT_NVFP4 || FMT == FMT_MXFP4) {
+    if (IS_FP4(FMT)) {
         u32 p[4];
-        fp4x8_to_bf16(c, p);
+        if (IS_TILED(FMT)) fp4t_word(c, p);
+        else fp4x8_to_bf16(c, p);
 #pragma unroll
         for (int j = 0; j < 4; j++) out[j % V] = bf2_mul(p[j], w < 2 ? s0 : s1);
     } else if (FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32 || FMT == FMT_FP8T) {
@@ -546,6 +612,19 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
     const int g = lane >> 2, t = lane & 3;
     const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
     const int nsc = K / SC;
+    // Tiled FP4: the lane's two slots of superchunk c sit at fixed offsets from the tile's first
+    // (codes 1 KiB per superchunk, rows n0+8.. 512 B on; scales SB bytes per slot).
+    constexpr int SB = FMT == FMT_NVFP4T ? 2 : 1;
+    const u8 *q0 = nullptr, *q1 = nullptr, *p0 = nullptr, *p1 = nullptr;
+    if (IS_TILED(FMT)) {
+        const i64 first = (i64)(n0 >> 4) * nsc * 64 + lane;
+        q0 = d0.w + e * d0.w_stride + first * 16;
+        p0 = d0.s + e * d0.s_stride + first * SB;
+        if (DUAL) {
+            q1 = d1.w + e * d1.w_stride + first * 16;
+            p1 = d1.s + e * d1.s_stride + first * SB;
+        }
+    }
     for (int c0 = 0; c0 < nsc; c0 += U) {
         RawW ra[U], rb[U], rc[U], rd[U];
         uint4 xq[U][V];
@@ -553,11 +632,21 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
         for (int u = 0; u < U; u++) {
             const int k = (c0 + u) * SC + t * 8 * V;
             if (c0 + u < nsc) {
-                ra[u] = load_raw<FMT>(d0, e, r0, k, K);
-                rb[u] = load_raw<FMT>(d0, e, r1, k, K);
-                if (DUAL) {
-                    rc[u] = load_raw<FMT>(d1, e, r0, k, K);
-                    rd[u] = load_raw<FMT>(d1, e, r1, k, K);
+                if (IS_TILED(FMT)) {
+                    const int c = c0 + u;
+                    ra[u] = load_tiled<FMT>(q0 + c * 1024, p0 + c * 64 * SB);
+                    rb[u] = load_tiled<FMT>(q0 + c * 1024 + 512, p0 + (c * 64 + 32) * SB);
+                    if (DUAL) {
+                        rc[u] = load_tiled<FMT>(q1 + c * 1024, p1 + c * 64 * SB);
+                        rd[u] = load_tiled<FMT>(q1 + c * 1024 + 512, p1 + (c * 64 + 32) * SB);
+                    }
+                } else {
+                    ra[u] = load_raw<FMT>(d0, e, r0, k, K);
+                    rb[u] = load_raw<FMT>(d0, e, r1, k, K);
+                    if (DUAL) {
+                        rc[u] = load_raw<FMT>(d1, e, r0, k, K);
+                        rd[u] = load_raw<FMT>(d1, e, r1, k, K);
+                    }
                 }
 #pragma unroll
                 for (int q = 0; q < V; q++)
@@ -721,6 +810,8 @@ LINEAR_FORMAT(fp8b_f32, FMT_FP8B_F32)
 LINEAR_FORMAT(fp8t, FMT_FP8T)
 LINEAR_FORMAT(nvfp4, FMT_NVFP4)
 LINEAR_FORMAT(mxfp4, FMT_MXFP4)
+LINEAR_FORMAT(nvfp4t, FMT_NVFP4T)
+LINEAR_FORMAT(mxfp4t, FMT_MXFP4T)
 
 // f32-input linear for small, selection-sensitive projections (the MoE router): one warp per
 // (row n, token m), weights dequantized from any dense format. y [M, N] f32.
@@ -757,3 +848,5 @@ F32X_ENTRY(fp8b_f32, FMT_FP8B_F32)
 F32X_ENTRY(fp8t, FMT_FP8T)
 F32X_ENTRY(nvfp4, FMT_NVFP4)
 F32X_ENTRY(mxfp4, FMT_MXFP4)
+F32X_ENTRY(nvfp4t, FMT_NVFP4T)
+F32X_ENTRY(mxfp4t, FMT_MXFP4T)

@@ -61,7 +61,8 @@ const fn e(module: &'static str, name: &'static str) -> Entry {
 }
 
 /// Weight storage formats of the linear kernels, in the order of `linear.cu`'s `FMT_*`.
-pub const LINEAR_FORMATS: [&str; 8] = [
+/// `nvfp4t` and `mxfp4t` are the FP4 formats in the tiled layout of `fp4_tiles.rs`.
+pub const LINEAR_FORMATS: [&str; 10] = [
     "bf16",
     "f32",
     "f16",
@@ -70,6 +71,8 @@ pub const LINEAR_FORMATS: [&str; 8] = [
     "fp8t",
     "nvfp4",
     "mxfp4",
+    "nvfp4t",
+    "mxfp4t",
 ];
 
 /// Token tiles (×8 tokens) the tensor-core linear kernels are instantiated for.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod e2m1;
 pub mod e4m3;
 pub mod e8m0;
+pub mod fp4_tiles;
 pub mod fp8;
 pub mod load;
 pub mod mxfp4;

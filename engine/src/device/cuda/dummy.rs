@@ -151,6 +151,12 @@ impl<'a> Filler<'a> {
         let amp = (3.0 / cols as f32).sqrt();
         let log2 = |x: f32| x.log2().round() as i32;
         let n = rows * cols;
+        // Random codes are as random in the tiled layout, which the GPU stores FP4 in wherever
+        // the shape allows; only NVFP4's scale bytes are coded differently there.
+        let fmt = match fmt.tiled() {
+            Some((t, _)) if crate::quant::fp4_tiles::tileable(rows, cols) => t,
+            _ => fmt,
+        };
         let (w_stride, s_stride, s_ld, gval) = match fmt {
             Fmt::Bf16 | Fmt::F16 => (2 * n, 0, 0, 1.0),
             Fmt::F32 => (4 * n, 0, 0, 1.0),
@@ -167,8 +173,8 @@ impl<'a> Filler<'a> {
                 1.0,
             ),
             Fmt::Fp8Tensor => (n, 0, 0, amp),
-            Fmt::Nvfp4 => (n / 2, n / 16, cols / 16, amp / 3.0),
-            Fmt::Mxfp4 => (n / 2, n / 32, cols / 32, 1.0),
+            Fmt::Nvfp4 | Fmt::Nvfp4Tiled => (n / 2, n / 16, cols / 16, amp / 3.0),
+            Fmt::Mxfp4 | Fmt::Mxfp4Tiled => (n / 2, n / 32, cols / 32, 1.0),
         };
         let w = g.alloc(w_stride * experts)?;
         let s = if s_stride > 0 {
@@ -200,13 +206,19 @@ impl<'a> Filler<'a> {
             }
             Fmt::Fp8Tensor => self.bytes(&w, 1, 4, 8)?,
             // E2M1 codes average |v| ≈ 2.6; E4M3 block scales 1.0..1.5 (bytes 0x38..0x3c).
-            Fmt::Nvfp4 => {
+            Fmt::Nvfp4 | Fmt::Nvfp4Tiled => {
                 self.bytes(&w, 0, 0, 0)?;
+                let (lo, hi) = if fmt == Fmt::Nvfp4Tiled {
+                    let code = |b| crate::quant::fp4_tiles::nvfp4_scale_code(b).unwrap_or(1);
+                    (code(0x38), code(0x3c))
+                } else {
+                    (0x38, 0x3c)
+                };
                 if let Some(s) = &s {
-                    self.bytes(s, 3, 0x38, 0x3c)?;
+                    self.bytes(s, 3, lo as i32, hi as i32)?;
                 }
             }
-            Fmt::Mxfp4 => {
+            Fmt::Mxfp4 | Fmt::Mxfp4Tiled => {
                 self.bytes(&w, 0, 0, 0)?;
                 let e = 127 + log2(amp / 3.0);
                 if let Some(s) = &s {

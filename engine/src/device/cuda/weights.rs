@@ -27,6 +27,9 @@ pub enum Fmt {
     Fp8Tensor = 5,
     Nvfp4 = 6,
     Mxfp4 = 7,
+    /// NVFP4 and MXFP4 in the tiled layout of `quant::fp4_tiles` (decode's cheaper unpacking).
+    Nvfp4Tiled = 8,
+    Mxfp4Tiled = 9,
 }
 
 impl Fmt {
@@ -43,8 +46,31 @@ impl Fmt {
             Fmt::Fp8BlockE8m0 => n + rows.div_ceil(128) * cols.div_ceil(128),
             Fmt::Fp8BlockF32 => n + 4 * rows.div_ceil(128) * cols.div_ceil(128),
             Fmt::Fp8Tensor => n,
-            Fmt::Nvfp4 => n / 2 + n / 16,
-            Fmt::Mxfp4 => n / 2 + n / 32,
+            Fmt::Nvfp4 | Fmt::Nvfp4Tiled => n / 2 + n / 16,
+            Fmt::Mxfp4 | Fmt::Mxfp4Tiled => n / 2 + n / 32,
+        }
+    }
+
+    /// Weights per 16-byte load of the kernels (8 × this many per lane load group).
+    pub fn per_load(self) -> usize {
+        match self {
+            Fmt::Nvfp4 | Fmt::Mxfp4 | Fmt::Nvfp4Tiled | Fmt::Mxfp4Tiled => 4,
+            Fmt::Fp8BlockE8m0 | Fmt::Fp8BlockF32 | Fmt::Fp8Tensor => 2,
+            _ => 1,
+        }
+    }
+
+    /// The tiled form of this format (`quant::fp4_tiles`), FP4 only.
+    pub fn tiled(self) -> Option<(Fmt, crate::quant::fp4_tiles::Fp4)> {
+        use crate::quant::fp4_tiles::Fp4;
+        // AMDAHL_FP4_TILES=0 keeps the row-major layout (to measure one against the other).
+        if std::env::var("AMDAHL_FP4_TILES").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        match self {
+            Fmt::Nvfp4 => Some((Fmt::Nvfp4Tiled, Fp4::Nvfp4)),
+            Fmt::Mxfp4 => Some((Fmt::Mxfp4Tiled, Fp4::Mxfp4)),
+            _ => None,
         }
     }
 }
@@ -194,7 +220,19 @@ impl GLinear {
                 "{name}: the GPU linear kernels need in_features divisible by 8, got {cols}"
             )));
         }
-        let ps: Vec<Parts<'_>> = ls.iter().map(|l| parts(l)).collect();
+        let mut ps: Vec<Parts<'_>> = ls.iter().map(|l| parts(l)).collect();
+        // FP4 is stored tiled when every matrix allows it (one format per GLinear).
+        if let Some((t, kind)) = ps[0].fmt.tiled() {
+            let tiles: Option<Vec<(Vec<u8>, Vec<u8>)>> = ps
+                .iter()
+                .map(|p| crate::quant::fp4_tiles::tile(&p.w, &p.s, rows, cols, kind))
+                .collect();
+            if let Some(tiles) = tiles.filter(|_| ps.iter().all(|p| p.fmt == ps[0].fmt)) {
+                for (p, (w, s)) in ps.iter_mut().zip(tiles) {
+                    (p.w, p.s, p.fmt) = (w, s, t);
+                }
+            }
+        }
         let p0 = &ps[0];
         for (i, (l, p)) in ls.iter().zip(&ps).enumerate() {
             if l.out_features != rows

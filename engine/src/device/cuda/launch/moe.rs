@@ -47,11 +47,7 @@ fn moe_warp(tokens: usize, slots: usize, w: &GLinear) -> bool {
             _ => None,
         });
     }
-    let v = match w.fmt.name() {
-        "nvfp4" | "mxfp4" => 4,
-        "fp8b_e8m0" | "fp8b_f32" | "fp8t" => 2,
-        _ => 1,
-    };
+    let v = w.fmt.per_load();
     let fits = w.cols.is_multiple_of(32 * v) && slots > 1;
     fits && match MOE_FORCE.load(Ordering::Relaxed) {
         1 => true,

@@ -67,7 +67,11 @@ fn linears_in_every_format_match_the_cpu() {
     // (rows, cols): a routed expert's up projection, V4-Flash wq_b, and an odd tail shape.
     for (n, kk) in [(2048usize, 4096usize), (4096, 1024), (200, 136)] {
         let w = randn(&mut rng, n * kk, 0.02);
-        for fmt in amdahl_kernels::LINEAR_FORMATS {
+        // The tiled FP4 formats are what upload makes of nvfp4 / mxfp4 at tileable shapes.
+        for fmt in amdahl_kernels::LINEAR_FORMATS
+            .iter()
+            .filter(|f| !f.ends_with("fp4t"))
+        {
             // FP4 blocks need in_features % 32: the odd shape becomes 200×160 for them.
             let (kk, w) = if fmt.ends_with("fp4") && kk % 32 != 0 {
                 (160, randn(&mut rng, n * 160, 0.02))
@@ -76,6 +80,15 @@ fn linears_in_every_format_match_the_cpu() {
             };
             let lin = linear_of(fmt, &w, n, kk);
             let gl = crate::device::cuda::weights::GLinear::upload(&g, fmt, &[&lin]).unwrap();
+            let fmt = gl.fmt.name();
+            if crate::quant::fp4_tiles::tileable(n, kk)
+                && std::env::var("AMDAHL_FP4_TILES").is_err()
+            {
+                assert!(
+                    !lin_is_fp4(&lin) || fmt.ends_with("fp4t"),
+                    "{fmt} {n}x{kk} not tiled"
+                );
+            }
             for m in [1usize, 5, 16, 33, 64, 100] {
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
@@ -89,6 +102,13 @@ fn linears_in_every_format_match_the_cpu() {
             }
         }
     }
+}
+
+fn lin_is_fp4(l: &Linear) -> bool {
+    matches!(
+        l.data,
+        crate::ops::linear::WeightData::Quant(QuantWeight::Nvfp4(_) | QuantWeight::Mxfp4(_))
+    )
 }
 
 /// Columns [at, at + width) of the first `rows` rows of a row-major matrix with row stride `ld`.
