@@ -11,9 +11,14 @@
 // [slots][maxE][d], indexer keys [slots][maxE][dI] f32, compressor accumulators
 // [slots][nacc][3][dim] f32.
 
-#define ATT_HG 16      // heads per block
+#define ATT_HG 64      // heads per block of the sparse attention (16 warps: 4 head tiles × 4)
 #define ATT_TILE 32    // candidate rows per shared-memory tile
-#define ATT_THREADS 256
+#define ATT_THREADS 512
+#define ATT_MAXD 512   // largest head dim (o accumulators per warp: ATT_MAXD / 32 n-tiles)
+#define ATT_PAD 8      // bf16 padding per shared row (ldmatrix without bank conflicts)
+#define ATT_NBUF 2     // KV tiles in flight (cp.async ring; 2 leaves room for q's two parts)
+#define ATT_SLD 40     // floats per score row in shared memory (padded against bank conflicts)
+#define ATT_QB 8       // q float4 loads in flight per thread
 
 // q [T, H·d] f32 in place: unweighted RMSNorm per head, then RoPE at the row's position.
 extern "C" __global__ void __launch_bounds__(256) q_prep(
@@ -304,28 +309,33 @@ __device__ __forceinline__ const u16* cand_row(int c, int n_win, int p, int star
     return entries + ((i64)slot * maxE + e) * d;
 }
 
-// Split-K sparse attention: block (split, head group, row) attends ATT_HG heads of one query row
-// over candidates [split·chunk, (split+1)·chunk) of its list (window rows, then compressed
-// entries: all visible for HCA (kind 1), the indexer's top-k for CSA (kind 2)), loading each KV
-// tile once into shared memory for all heads of the group. Writes un-normalized partials:
+// Split-K sparse attention on tensor cores: block (split, group of ATT_HG heads, row) attends
+// its heads of one query row over candidates [split·chunk, (split+1)·chunk) of its list (window
+// rows, then compressed entries: all visible for HCA (kind 1), the indexer's top-k for CSA
+// (kind 2)). K = V rows are shared by every head (MQA), so each 32-row tile is gathered once into
+// shared memory (cp.async, a ring of ATT_NBUF tiles) for all ATT_HG heads: S = Q·Kᵀ and O += P·V are
+// m16n8k16 bf16 MMAs with f32 accumulation. q is held as two bf16 parts (hi + lo, ~16 mantissa
+// bits: bf16 q alone moved whole-model logits of the tiny test models past their bound, since a
+// score's error grows with its size), and so is P for P·V (bf16 P, as in FlashAttention, did too). Warp w: head tile w/4 (16 heads); for S its candidate n-tile w%4 (8 rows),
+// for O the 8-column tiles w%4, w%4+4, … of d. Needs d % 16 == 0, d <= ATT_MAXD. Writes
+// un-normalized partials:
 // o [T][splits][H][d] and (max, sum) [T][splits][H][2]; an empty split writes max = -inf.
-extern "C" __global__ void __launch_bounds__(ATT_THREADS) sparse_attn_partial(
+extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial(
     const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,
     const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,
     int W, int maxE, int H, int d, float scale, int chunk, int splits,
     const int* __restrict__ row_seq, const int* __restrict__ row_pos,
     const int* __restrict__ seq_slot, const int* __restrict__ seq_start,
     const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part) {
-    extern __shared__ float smem[];
-    float* qs = smem;                                         // [ATT_HG][d]
-    u16* kvs = reinterpret_cast<u16*>(qs + ATT_HG * d);       // [ATT_TILE][d]
-    float* S = reinterpret_cast<float*>(kvs + ATT_TILE * d);  // [ATT_HG][ATT_TILE]
-    float* alpha = S + ATT_HG * ATT_TILE;                     // [ATT_HG]
-    float* mrun = alpha + ATT_HG;
-    float* lrun = mrun + ATT_HG;
-    const int sp = blockIdx.x, hg = blockIdx.y, t = blockIdx.z;
-    const int h0 = hg * ATT_HG;
+    extern __shared__ __align__(16) u8 smem_raw[];
+    const int ld = d + ATT_PAD;  // bf16 per shared row: rows 16 bytes apart in the banks
+    u16* qs = reinterpret_cast<u16*>(smem_raw);                  // [ATT_HG][ld] q's bf16 part
+    u16* ql = qs + ATT_HG * ld;                                  // [ATT_HG][ld] q - bf16(q)
+    u16* kvs = ql + ATT_HG * ld;                                         // [NBUF][TILE][ld]
+    float* S = reinterpret_cast<float*>(kvs + ATT_NBUF * ATT_TILE * ld);  // [ATT_HG][ATT_SLD]
+    const int sp = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * ATT_HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3, mh = warp >> 2, wq = warp & 3;
     const int b = row_seq[t], p = row_pos[t];
     const int slot = seq_slot[b], start = seq_start[b], row0 = seq_row0[b];
     const int n_win = min(W, p + 1);
@@ -343,120 +353,163 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) sparse_attn_partial(
         return;
     }
     const int* trow = kind == 2 ? topk_idx + (i64)t * topk : nullptr;
-    for (int i = tid; i < ATT_HG * d; i += blockDim.x) {
-        int h = i / d;
-        qs[i] = (h0 + h < H) ? q[((i64)t * H + h0 + h) * d + (i % d)] : 0.f;
-    }
-    if (tid < ATT_HG) {
-        mrun[tid] = NEG_INF;
-        lrun[tid] = 0.f;
-    }
-    const int pairs = d / 2;
-    float acc[ATT_HG][2];
-#pragma unroll
-    for (int h = 0; h < ATT_HG; h++) acc[h][0] = acc[h][1] = 0.f;
-    const int vec_per_row = d / 8;  // uint4 per row
-    for (int c0 = c_begin; c0 < c_end; c0 += ATT_TILE) {
-        __syncthreads();
-        for (int i = tid; i < ATT_TILE * vec_per_row; i += blockDim.x) {
-            int jr = i / vec_per_row, v = i % vec_per_row;
-            int c = c0 + jr;
-            uint4 val = make_uint4(0, 0, 0, 0);
+    const int vpr = d / 8;  // 16-byte pieces per row
+    auto load_tile = [&](int c0, int buf) {
+        for (int i = tid; i < ATT_TILE * vpr; i += ATT_THREADS) {
+            const int jr = i / vpr, v = i % vpr, c = c0 + jr;
+            u16* dst = kvs + (buf * ATT_TILE + jr) * ld + v * 8;
             if (c < c_end) {
                 const u16* row = cand_row(c, n_win, p, start, row0, slot, kv_step, ring, entries,
                                           trow, kind, W, d, maxE);
-                val = reinterpret_cast<const uint4*>(row)[v];
-            }
-            reinterpret_cast<uint4*>(kvs + jr * d)[v] = val;
-        }
-        __syncthreads();
-        // Scores: warp w takes tile rows 4w..4w+3 for every head of the group.
-        {
-            float sacc[4][ATT_HG];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int h = 0; h < ATT_HG; h++) sacc[r][h] = 0.f;
-            for (int c2 = lane; c2 < pairs; c2 += 32) {
-                float kl[4], kh[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    u32 kp = reinterpret_cast<const u32*>(kvs + (warp * 4 + r) * d)[c2];
-                    kl[r] = bf_lo(kp);
-                    kh[r] = bf_hi(kp);
-                }
-#pragma unroll
-                for (int h = 0; h < ATT_HG; h++) {
-                    float2 qp = reinterpret_cast<const float2*>(qs + h * d)[c2];
-#pragma unroll
-                    for (int r = 0; r < 4; r++) sacc[r][h] += qp.x * kl[r] + qp.y * kh[r];
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int h = 0; h < ATT_HG; h++) {
-                    float v = warp_sum(sacc[r][h]);
-                    if (lane == ((r * ATT_HG + h) & 31)) {
-                        int jr = warp * 4 + r;
-                        S[h * ATT_TILE + jr] = (c0 + jr < c_end) ? v * scale : NEG_INF;
-                    }
-                }
-        }
-        __syncthreads();
-        // Online softmax: warp w updates heads 2w, 2w+1; lane = tile row.
-        for (int h = warp; h < ATT_HG; h += blockDim.x >> 5) {
-            float s = S[h * ATT_TILE + lane];
-            float mt = warp_max(s);
-            float mo = mrun[h];
-            float mn = fmaxf(mo, mt);
-            float pv = (mn == NEG_INF || s == NEG_INF) ? 0.f : expf(s - mn);
-            float ps = warp_sum(pv);
-            S[h * ATT_TILE + lane] = pv;
-            __syncwarp();
-            if (lane == 0) {
-                float a = (mo == NEG_INF) ? 0.f : expf(mo - mn);
-                if (mn == NEG_INF) a = 1.f;
-                alpha[h] = a;
-                lrun[h] = lrun[h] * a + ps;
-                mrun[h] = mn;
+                cp_async16(dst, row + v * 8);
+            } else {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
             }
         }
-        __syncthreads();
-        // PV: thread owns channels 2·tid, 2·tid+1 for every head of the group.
-        if (tid < pairs) {
+    };
+    // Prologue: tiles 0 .. NBUF-2 in flight (one commit group each, empty past the end).
+    const int ntiles = (c_end - c_begin + ATT_TILE - 1) / ATT_TILE;
 #pragma unroll
-            for (int h = 0; h < ATT_HG; h++) {
-                float a = alpha[h];
-                acc[h][0] *= a;
-                acc[h][1] *= a;
-            }
-            for (int jr = 0; jr < ATT_TILE; jr++) {
-                u32 kp = reinterpret_cast<const u32*>(kvs + jr * d)[tid];
-                float lo = bf_lo(kp), hi = bf_hi(kp);
+    for (int i = 0; i < ATT_NBUF - 1; i++) {
+        if (i < ntiles) load_tile(c_begin + i * ATT_TILE, i);
+        cp_async_commit();
+    }
+    // q (f32, [H][d] of row t) in batches of ATT_QB float4 loads per thread, all in flight at
+    // once: a load-convert-store loop waited out one L2 round trip per piece.
+    const int nq4 = ATT_HG * (d / 4);
+    for (int i0 = tid; i0 < nq4; i0 += ATT_THREADS * ATT_QB) {
+        float4 v[ATT_QB];
 #pragma unroll
-                for (int h = 0; h < ATT_HG; h++) {
-                    float pw = S[h * ATT_TILE + jr];
-                    acc[h][0] += pw * lo;
-                    acc[h][1] += pw * hi;
-                }
-            }
+        for (int u = 0; u < ATT_QB; u++) {
+            const int i = i0 + u * ATT_THREADS, h = i / (d / 4), c4 = i % (d / 4);
+            v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < nq4 && h0 + h < H) v[u] = reinterpret_cast<const float4*>(q + ((i64)t * H + h0 + h) * d)[c4];
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_QB; u++) {
+            const int i = i0 + u * ATT_THREADS, h = i / (d / 4), c4 = i % (d / 4);
+            if (i >= nq4) continue;
+            const u32 h01 = pack_bf2(v[u].x, v[u].y), h23 = pack_bf2(v[u].z, v[u].w);
+            reinterpret_cast<uint2*>(qs + h * ld)[c4] = make_uint2(h01, h23);
+            reinterpret_cast<uint2*>(ql + h * ld)[c4] =
+                make_uint2(pack_bf2(v[u].x - bf_lo(h01), v[u].y - bf_hi(h01)),
+                           pack_bf2(v[u].z - bf_lo(h23), v[u].w - bf_hi(h23)));
         }
     }
-    __syncthreads();
-    if (tid < pairs) {
+    const int nd = (d / 8 - wq + 3) / 4;  // this warp's 8-wide column tiles of O: wq + 4n
+    float o[ATT_MAXD / 32][4];
 #pragma unroll
-        for (int h = 0; h < ATT_HG; h++) {
-            if (h0 + h < H) {
-                float* o = o_part + (ob + h0 + h) * d;
-                o[2 * tid] = acc[h][0];
-                o[2 * tid + 1] = acc[h][1];
+    for (int n = 0; n < ATT_MAXD / 32; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float mr[2] = {NEG_INF, NEG_INF}, lr[2] = {0.f, 0.f};  // rows g, g+8 of head tile mh
+    for (int it = 0; it < ntiles; it++) {
+        const int c0 = c_begin + it * ATT_TILE;
+        __syncthreads();  // tile it-1's readers are done with its buffer and with S
+        const int ahead = it + ATT_NBUF - 1;
+        if (ahead < ntiles) load_tile(c_begin + ahead * ATT_TILE, ahead % ATT_NBUF);
+        cp_async_commit();
+        cp_async_wait<ATT_NBUF - 1>();  // tile it has landed
+        __syncthreads();
+        const u16* kt = kvs + (it % ATT_NBUF) * ATT_TILE * ld;
+        // S tile (16 heads × 8 candidates) over all of d, in two accumulator chains.
+        float sc[4] = {0.f, 0.f, 0.f, 0.f}, sc2[4] = {0.f, 0.f, 0.f, 0.f};
+        const int qoff = (mh * 16 + (lane & 15)) * ld + (lane >> 4) * 8;
+        const u16 *qa = qs + qoff, *la = ql + qoff;
+        const u16* kb = kt + (wq * 8 + (lane & 7)) * ld + (lane >> 3) * 8;
+        int k = 0;
+        for (; k + 32 <= d; k += 32) {
+            u32 a0[4], a1[4], bb[4];
+            ldsm_x4(bb, kb + k);
+            ldsm_x4(a0, qa + k);
+            ldsm_x4(a1, qa + k + 16);
+            mma_bf16(sc, a0, bb[0], bb[1]);
+            mma_bf16(sc2, a1, bb[2], bb[3]);
+            ldsm_x4(a0, la + k);
+            ldsm_x4(a1, la + k + 16);
+            mma_bf16(sc, a0, bb[0], bb[1]);
+            mma_bf16(sc2, a1, bb[2], bb[3]);
+        }
+        if (k < d) {  // d % 32 == 16
+            u32 a0[4], a1[4], bb[2];
+            ldsm_x2(bb, kb + k);
+            ldsm_x4(a0, qa + k);
+            ldsm_x4(a1, la + k);
+            mma_bf16(sc, a0, bb[0], bb[1]);
+            mma_bf16(sc2, a1, bb[0], bb[1]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int col = wq * 8 + 2 * tq + (r & 1);
+            S[(mh * 16 + g + (r >> 1) * 8) * ATT_SLD + col] = c0 + col < c_end ? (sc[r] + sc2[r]) * scale : NEG_INF;
+        }
+        __syncthreads();
+        // Online softmax of rows g, g+8 over the tile (the 4 lanes of a row group share it; the
+        // 4 warps of a head tile compute the same values), then P as the A fragments of P·V.
+        float pv[2][8];
+        u32 pa[2][4], pl[2][4];  // P's bf16 part and its remainder, as A fragments
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float* srow = S + (mh * 16 + g + 8 * r) * ATT_SLD;
+            float mx = NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                pv[r][j] = srow[(j >> 2) * 16 + ((j >> 1) & 1) * 8 + 2 * tq + (j & 1)];
+                mx = fmaxf(mx, pv[r][j]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(mr[r], mx);
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                pv[r][j] = mn == NEG_INF ? 0.f : __expf(pv[r][j] - mn);
+                sum += pv[r][j];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float alpha = mr[r] == NEG_INF ? (mn == NEG_INF ? 1.f : 0.f) : __expf(mr[r] - mn);
+            lr[r] = lr[r] * alpha + sum;
+            mr[r] = mn;
+#pragma unroll
+            for (int n = 0; n < ATT_MAXD / 32; n++) {
+                o[n][2 * r] *= alpha;
+                o[n][2 * r + 1] *= alpha;
             }
         }
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float x = pv[f & 1][4 * kk + (f >> 1) * 2], y = pv[f & 1][4 * kk + (f >> 1) * 2 + 1];
+                pa[kk][f] = pack_bf2(x, y);
+                pl[kk][f] = pack_bf2(x - bf_lo(pa[kk][f]), y - bf_hi(pa[kk][f]));
+            }
+        }
+        // O (16 heads × this warp's column tiles) += P · V over the tile's 32 rows: one
+        // transposed ldmatrix gives a column tile's B fragments for both 16-row halves.
+        const u16* vb = kt + lane * ld + wq * 8;
+#pragma unroll
+        for (int n = 0; n < ATT_MAXD / 32; n++) {
+            if (n >= nd) break;
+            u32 bb[4];
+            ldsm_x4_t(bb, vb + n * 32);
+            mma_bf16(o[n], pa[0], bb[0], bb[1]);
+            mma_bf16(o[n], pa[1], bb[2], bb[3]);
+            mma_bf16(o[n], pl[0], bb[0], bb[1]);
+            mma_bf16(o[n], pl[1], bb[2], bb[3]);
+        }
     }
-    for (int h = tid; h < ATT_HG && h0 + h < H; h += blockDim.x) {
-        ml_part[(ob + h0 + h) * 2] = mrun[h];
-        ml_part[(ob + h0 + h) * 2 + 1] = lrun[h];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int h = h0 + mh * 16 + g + 8 * r;
+        if (h >= H) continue;
+        float* orow = o_part + (ob + h) * d + wq * 8 + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < ATT_MAXD / 32; n++)
+            if (n < nd) *reinterpret_cast<float2*>(orow + n * 32) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+        if (wq == 0 && tq == 0) {
+            ml_part[(ob + h) * 2] = mr[r];
+            ml_part[(ob + h) * 2 + 1] = lr[r];
+        }
     }
 }
 
@@ -470,9 +523,11 @@ extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const int pos = row_pos[t];
     const int pairs = d / 2;
     float M = sinks[h];
+#pragma unroll 4
     for (int s = 0; s < splits; s++) M = fmaxf(M, ml_part[(((i64)t * splits + s) * H + h) * 2]);
     for (int c2 = threadIdx.x; c2 < pairs; c2 += blockDim.x) {
         float den = expf(sinks[h] - M), v0 = 0.f, v1 = 0.f;
+#pragma unroll 4
         for (int s = 0; s < splits; s++) {
             const i64 base = ((i64)t * splits + s) * H + h;
             const float ms = ml_part[base * 2];

@@ -58,14 +58,6 @@ struct WDesc {
     int row_phase;    // FP8 block: rows of the first scale block before row 0
 };
 
-__device__ __forceinline__ void mma_bf16(float c[4], const u32 a[4], u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // 8 E2M1 codes (a u32, low nibble first) to 4 packed bf16 pairs, exactly, by byte permutes:
 // the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} as bf16 have high bytes {00,3f,3f,3f,40,40,40,40}
 // and low bytes {00,00,80,c0,00,40,80,c0}; each pair's two sign bits are gathered by one more

@@ -149,10 +149,16 @@ pub mod attention {
         SPARSE_ATTN_COMBINE,
         RING_STORE,
     ];
-    /// Heads per block, candidate rows per tile and threads of `sparse_attn_partial`.
-    pub const HEADS_PER_BLOCK: usize = 16;
+    /// Heads per block, candidate rows per tile and threads of `sparse_attn_partial`, its
+    /// largest head dim (which must also be a multiple of 16) and shared-row padding (bf16).
+    pub const HEADS_PER_BLOCK: usize = 64;
     pub const TILE_ROWS: usize = 32;
-    pub const THREADS: usize = 256;
+    pub const THREADS: usize = 512;
+    pub const MAX_HEAD_DIM: usize = 512;
+    pub const ROW_PAD: usize = 8;
+    /// KV tiles in flight per block and the padded score-row length (floats).
+    pub const KV_BUFFERS: usize = 2;
+    pub const SCORE_LD: usize = 40;
     /// Largest indexer head count `indexer_scores` holds in registers.
     pub const INDEXER_MAX_HEADS: usize = 64;
 }
@@ -274,6 +280,14 @@ mod tests {
             ),
             (ATTENTION.source, "#define ATT_TILE", attention::TILE_ROWS),
             (ATTENTION.source, "#define ATT_THREADS", attention::THREADS),
+            (
+                ATTENTION.source,
+                "#define ATT_MAXD",
+                attention::MAX_HEAD_DIM,
+            ),
+            (ATTENTION.source, "#define ATT_PAD", attention::ROW_PAD),
+            (ATTENTION.source, "#define ATT_NBUF", attention::KV_BUFFERS),
+            (ATTENTION.source, "#define ATT_SLD", attention::SCORE_LD),
             (
                 ATTENTION.source,
                 "#define IDX_MAXH",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [ncu] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --cache .gpu/kcache`). Logs go to $OUT.
@@ -92,5 +92,21 @@ if [[ " $what " == *" profile "* ]]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
     head -n 20 "$OUT/profile_mxfp4.txt"
   fi
+fi
+if [[ " $what " == *" ncu "* ]] && command -v ncu >/dev/null; then
+  # Per-kernel device time of the kernels named by NCU_KERNELS (a regex) at each batch size.
+  for b in ${NCU_BATCH:-1 16}; do
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:${NCU_KERNELS:-sparse}" \
+      --launch-count ${NCU_COUNT:-8} --print-summary per-kernel .gpu/amdahl profile --dummy v4-flash \
+      --layers ${LAYERS:-4} --batch "$b" --ctx 8192 --steps 1 >"$OUT/ncu_b$b.txt" 2>&1
+    echo "--- ncu batch $b"
+    awk '/^  [a-z_]+.*\(/ {k=$1} /Invocations/ {n=$NF} /gpu__time_duration.sum/ {print k, "launches", n, $(NF-3), $(NF-2), $(NF-1), $NF}' "$OUT/ncu_b$b.txt"
+  done
+fi
+if [[ " $what " == *" peers "* ]]; then
+  # The peers at the same shapes (tools/gpu/peers.py); SGLang's kernel only if brought in .gpu/peers.
+  timeout ${PEERS_TIMEOUT:-420} python3 tools/gpu/peers.py --out "$OUT" ${PEERS_ONLY:+--only $PEERS_ONLY} >"$OUT/peers.txt" 2>&1
+  echo "peers rc=$?" >>"$OUT/peers.txt"
+  grep -v '^\s*$' "$OUT/peers.txt" | tail -n 40
 fi
 echo "total $(( $(date +%s) - t0 )) s"

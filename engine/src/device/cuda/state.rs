@@ -44,8 +44,9 @@ pub fn max_candidates(cfg: &ModelConfig, kind: AttnKind, max_len: usize) -> usiz
         }
 }
 
-/// Split count of the sparse attention for `t` query rows: enough blocks to fill the GPU twice,
-/// at least one 32-row tile per split.
+/// Split count of the sparse attention for `t` query rows: one block per SM (each holds ~205 KB
+/// of shared memory at d = 512), at least one 32-row tile per split. More splits would only add
+/// partial rows for the combine to read.
 pub fn attn_splits(
     cfg: &ModelConfig,
     kind: AttnKind,
@@ -55,7 +56,7 @@ pub fn attn_splits(
 ) -> usize {
     let cand = max_candidates(cfg, kind, max_len);
     let groups = cfg.num_heads.div_ceil(ka::HEADS_PER_BLOCK);
-    let want = (2 * sms).div_ceil((t * groups).max(1));
+    let want = sms.div_ceil((t * groups).max(1));
     want.clamp(1, cand.div_ceil(ka::TILE_ROWS).max(1))
 }
 

@@ -4,7 +4,7 @@
 
 use amdahl_kernels::{attention as ka, linear_entry, mhc as km, sample as ks};
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 use super::gpu::{Args, Gpu, Launch};
 use super::weights::GLinear;
@@ -495,9 +495,16 @@ pub struct AttnArgs {
 }
 
 pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u64> {
-    let hg = ka::HEADS_PER_BLOCK;
-    let smem =
-        hg * a.head_dim * 4 + ka::TILE_ROWS * a.head_dim * 2 + hg * ka::TILE_ROWS * 4 + 3 * hg * 4;
+    let (hg, d) = (ka::HEADS_PER_BLOCK, a.head_dim);
+    if !d.is_multiple_of(16) || d > ka::MAX_HEAD_DIM {
+        return Err(EngineError::Device(format!(
+            "sparse attention needs head_dim a multiple of 16 and at most {}, got {d}",
+            ka::MAX_HEAD_DIM
+        )));
+    }
+    // Q's two bf16 parts and the ring of KV tiles as padded bf16 rows, the score tile in f32.
+    let rows = 2 * hg + ka::KV_BUFFERS * ka::TILE_ROWS;
+    let smem = rows * (d + ka::ROW_PAD) * 2 + hg * ka::SCORE_LD * 4;
     let l = Launch::new((a.splits, a.heads.div_ceil(hg), t), ka::THREADS, smem);
     gpu.launch(
         ka::SPARSE_ATTN_PARTIAL,
