@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [ncu] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [prefill] [ncu] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --cache .gpu/kcache`). Logs go to $OUT.
@@ -92,6 +92,13 @@ if [[ " $what " == *" profile "* ]]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
     head -n 20 "$OUT/profile_mxfp4.txt"
   fi
+fi
+if [[ " $what " == *" prefill "* ]]; then
+  # One 8192-token prompt prefilled in chunks (after one batch-1 decode measurement).
+  timeout ${PREFILL_TIMEOUT:-300} .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1 --ctx 8192 \
+    --steps 2 --prefill ${PREFILL:-8192} --prefill-chunk ${CHUNK:-2048} --json "$OUT/prefill.json" >"$OUT/prefill.txt" 2>&1
+  echo "prefill rc=$?" >>"$OUT/prefill.txt"
+  sed -n '/^prefill of/,$p' "$OUT/prefill.txt"; tail -n 3 "$OUT/prefill.txt"
 fi
 if [[ " $what " == *" ncu "* ]] && command -v ncu >/dev/null; then
   # Per-kernel device time of the kernels named by NCU_KERNELS (a regex) at each batch size.

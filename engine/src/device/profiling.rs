@@ -52,6 +52,50 @@ pub struct ProfileOptions {
     /// Timed graph replays per batch size.
     pub steps: usize,
     pub seed: u64,
+    /// Tokens of one prompt prefilled (into an empty sequence) after the decode batches; 0: none.
+    pub prefill: usize,
+    /// Tokens per forward pass of that prefill.
+    pub prefill_chunk: usize,
+}
+
+/// A prompt's prefill: device time of its chunks (eager launches) and per-stage time and work.
+#[derive(Debug, Clone)]
+pub struct PrefillProfile {
+    pub tokens: usize,
+    pub chunk: usize,
+    /// Device time of all chunks, without stage events.
+    pub seconds: f64,
+    /// Per-stage device time of a second pass with stage events, and its analytic bytes/FLOPs.
+    pub clock: StageClock,
+}
+
+impl PrefillProfile {
+    /// The stages whose FLOPs are matrix products on tensor cores: the linears (attention
+    /// projections, indexer, experts, head); attention and mHC are not counted.
+    pub const GEMM_STAGES: [crate::profile::Stage; 4] = [
+        crate::profile::Stage::AttnProj,
+        crate::profile::Stage::Indexer,
+        crate::profile::Stage::Moe,
+        crate::profile::Stage::Head,
+    ];
+
+    /// FLOPs of [`Self::GEMM_STAGES`] over the whole prompt.
+    pub fn gemm_flops(&self) -> u64 {
+        Self::GEMM_STAGES.iter().map(|&s| self.clock.flops(s)).sum()
+    }
+
+    /// Their achieved rate over their own stage time (from the pass with stage events).
+    pub fn gemm_flops_per_second(&self) -> f64 {
+        let t: f64 = Self::GEMM_STAGES
+            .iter()
+            .map(|&s| self.clock.get(s).as_secs_f64())
+            .sum();
+        if t > 0.0 {
+            self.gemm_flops() as f64 / t
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One batch size's measurements.
@@ -87,6 +131,7 @@ pub struct ProfileReport {
     pub expert_format: String,
     pub weight_bytes: u64,
     pub batches: Vec<BatchProfile>,
+    pub prefill: Option<PrefillProfile>,
 }
 
 /// What `amdahl profile --device cpu --model DIR` measures.
@@ -199,5 +244,6 @@ pub fn profile_cpu(
             .join("+"),
         weight_bytes: 0,
         batches,
+        prefill: None,
     })
 }

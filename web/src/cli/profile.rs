@@ -6,9 +6,11 @@
 
 use std::path::PathBuf;
 
-use amdahl_engine::device::profiling::{ExpertFormat, ProfileOptions, ProfileReport};
+use amdahl_engine::device::profiling::{
+    ExpertFormat, PrefillProfile, ProfileOptions, ProfileReport,
+};
 use amdahl_engine::profile::Stage;
-use amdahl_engine::profile::report::Report;
+use amdahl_engine::profile::report::{Peaks, Report};
 use anyhow::{Context, bail};
 
 #[derive(Debug, clap::Args)]
@@ -43,10 +45,20 @@ pub struct Args {
     /// Also write the measurements as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// After the decode batches, prefill one prompt of this many tokens (GPU; 0: none) and
+    /// report its tokens/s per layer and the linears' fraction of the measured bf16 GEMM rate.
+    #[arg(long, default_value_t = 0)]
+    prefill: usize,
+    /// Tokens per forward pass of that prefill.
+    #[arg(long, default_value_t = 2048)]
+    prefill_chunk: usize,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.device == "cpu" {
+        if a.prefill > 0 {
+            bail!("--prefill is measured on a GPU (cuda:N); the CPU profile times decode steps");
+        }
         let dir = super::model_dir(a.model.clone())?;
         let model = amdahl_engine::model::deepseek_v4::DeepseekV4::load(&dir)
             .with_context(|| format!("loading {}", dir.display()))?;
@@ -96,6 +108,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         expert_format: a.expert_format.parse::<ExpertFormat>()?,
         steps: a.steps.max(1),
         seed: a.seed,
+        prefill: a.prefill,
+        prefill_chunk: a.prefill_chunk.max(1),
     };
     eprintln!(
         "profile: building a dummy V4-Flash ({} layers, {} experts) on {} and measuring its peaks…",
@@ -222,6 +236,48 @@ pub fn render(r: &ProfileReport) -> String {
             s += &format!("  - {line}\n");
         }
     }
+    if let Some(p) = &r.prefill {
+        s += &render_prefill(p, r.layers, &r.peaks);
+    }
+    s
+}
+
+/// The prefill's summary line and its stage table (time, share, TFLOP/s, % of the GEMM rate).
+fn render_prefill(p: &PrefillProfile, layers: usize, peaks: &Peaks) -> String {
+    let tok_s = p.tokens as f64 / p.seconds;
+    let gemm = p.gemm_flops_per_second();
+    let mut s = format!(
+        "\nprefill of {} tokens in chunks of {}: {:.1} ms, {:.0} tok/s for these {} layers, {:.0} tok/s per layer; \
+         linears {:.1} TFLOP/s over their own stage time ({:.1}% of the measured bf16 GEMM rate)\n",
+        p.tokens,
+        p.chunk,
+        p.seconds * 1e3,
+        tok_s,
+        layers,
+        tok_s * layers as f64,
+        gemm / 1e12,
+        100.0 * gemm / peaks.flops
+    );
+    let total = p.clock.total().as_secs_f64();
+    s += &format!(
+        "{:<10} {:>10} {:>7} {:>10} {:>9}\n",
+        "stage", "ms", "share", "TFLOP/s", "%GEMM"
+    );
+    for st in Stage::ALL {
+        let t = p.clock.get(st).as_secs_f64();
+        if t <= 0.0 {
+            continue;
+        }
+        let f = p.clock.flops(st) as f64 / t;
+        s += &format!(
+            "{:<10} {:>10.3} {:>6.1}% {:>10.1} {:>8.1}%\n",
+            st.label(),
+            t * 1e3,
+            100.0 * t / total.max(f64::MIN_POSITIVE),
+            f / 1e12,
+            100.0 * f / peaks.flops
+        );
+    }
     s
 }
 
@@ -263,5 +319,60 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
         "copy_bandwidth": r.peaks.bandwidth, "gemm_flops": r.peaks.flops,
         "layers": r.layers, "ctx": r.ctx, "expert_format": r.expert_format,
         "weight_bytes": r.weight_bytes, "batches": batches,
+        "prefill": r.prefill.as_ref().map(|p| serde_json::json!({
+            "tokens": p.tokens, "chunk": p.chunk, "seconds": p.seconds,
+            "gemm_flops": p.gemm_flops(), "gemm_flops_per_second": p.gemm_flops_per_second(),
+            "stages": Stage::ALL.iter().map(|&st| (st.label().to_string(), serde_json::json!({
+                "seconds": p.clock.get(st).as_secs_f64(),
+                "bytes": p.clock.bytes(st),
+                "flops": p.clock.flops(st),
+            }))).collect::<serde_json::Map<String, serde_json::Value>>(),
+        })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use amdahl_engine::profile::StageClock;
+
+    use super::*;
+
+    #[test]
+    fn prefill_line_reports_tokens_per_layer_and_the_gemm_fraction() {
+        let mut clock = StageClock::default();
+        // Linears: 6e12 FLOPs in 20 ms of stage time = 300 TFLOP/s; attention is not counted.
+        clock.add_measured(Stage::AttnProj, Duration::from_millis(5));
+        clock.charge(Stage::AttnProj, 1, 1_000_000_000_000);
+        clock.add_measured(Stage::Moe, Duration::from_millis(15));
+        clock.charge(Stage::Moe, 1, 5_000_000_000_000);
+        clock.add_measured(Stage::Attention, Duration::from_millis(30));
+        clock.charge(Stage::Attention, 1, 9_000_000_000_000);
+        let p = PrefillProfile {
+            tokens: 8192,
+            chunk: 2048,
+            seconds: 0.064,
+            clock,
+        };
+        assert_eq!(p.gemm_flops(), 6_000_000_000_000);
+        assert!((p.gemm_flops_per_second() - 3e14).abs() < 1e6);
+        let peaks = Peaks {
+            bandwidth: 4e12,
+            flops: 6e14,
+        };
+        let s = render_prefill(&p, 4, &peaks);
+        // 8192 tokens in 64 ms: 128000 tok/s for 4 layers, 512000 per layer; 300 of 600 TFLOP/s.
+        assert!(
+            s.contains("prefill of 8192 tokens in chunks of 2048: 64.0 ms, 128000 tok/s for these 4 layers, 512000 tok/s per layer"),
+            "{s}"
+        );
+        assert!(s.contains("linears 300.0 TFLOP/s over their own stage time (50.0% of the measured bf16 GEMM rate)"), "{s}");
+        // Stage rows: attention 30 of 50 ms at 300 TFLOP/s; the stages without time are left out.
+        assert!(
+            s.contains("attention      30.000   60.0%      300.0     50.0%"),
+            "{s}"
+        );
+        assert!(!s.contains("mhc"), "{s}");
+    }
 }

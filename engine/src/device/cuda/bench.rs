@@ -12,7 +12,7 @@ use crate::profile::{Stage, StageClock};
 use crate::rng::Rng;
 
 use super::super::profiling::{
-    BatchProfile, DeviceFacts, ExpertFormat, ProfileOptions, ProfileReport,
+    BatchProfile, DeviceFacts, ExpertFormat, PrefillProfile, ProfileOptions, ProfileReport,
 };
 use super::gpu::Gpu;
 use super::model::{GpuModel, SampleRow, StepSeq};
@@ -175,10 +175,11 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
     let w = dummy::dummy_weights(&gpu, &cfg, fmt, o.seed)?;
     let wb = weights_bytes(&w);
     let maxb = o.batches.iter().copied().max().unwrap_or(1);
+    let chunk = o.prefill_chunk.clamp(1, o.prefill.max(1));
     let lim = Limits {
-        tokens: maxb,
+        tokens: if o.prefill > 0 { maxb.max(chunk) } else { maxb },
         seqs: maxb,
-        max_len: o.ctx + 4 * o.steps + 16,
+        max_len: (o.ctx + 4 * o.steps + 16).max(o.prefill + 16),
     };
     let i = &gpu.info;
     let info = DeviceFacts {
@@ -194,6 +195,11 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
     for &b in &o.batches {
         out.push(profile_batch(&model, b, o)?);
     }
+    let prefill = if o.prefill > 0 {
+        Some(profile_prefill(&model, o.prefill, chunk, o.seed)?)
+    } else {
+        None
+    };
     Ok(ProfileReport {
         device: info,
         peaks: pk,
@@ -202,6 +208,66 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
         expert_format: fmt.name().to_string(),
         weight_bytes: wb,
         batches: out,
+        prefill,
+    })
+}
+
+/// One `tokens`-long prompt into slot 0 from position 0 (after the decode batches: the slot's
+/// old rows are not visible from position 0), `chunk` tokens per eager forward: a warm-up pass,
+/// a pass timed by events around each chunk, and a pass with stage events and analytic work.
+fn profile_prefill(m: &GpuModel, tokens: usize, chunk: usize, seed: u64) -> Result<PrefillProfile> {
+    let g = &m.gpu;
+    let mut rng = Rng::new(seed ^ 0x9e37_79b9);
+    let v = m.cfg.vocab_size;
+    let ids: Vec<u32> = (0..tokens).map(|_| rng.below(v) as u32).collect();
+    let (e0, e1) = (g.event()?, g.event()?);
+    let pass = |timed: bool, clock: &mut StageClock| -> Result<f64> {
+        let mut secs = 0.0;
+        for s in (0..tokens).step_by(chunk) {
+            let seq = [StepSeq {
+                slot: 0,
+                start: s,
+                tokens: &ids[s..(s + chunk).min(tokens)],
+                logits: LogitRows::Last,
+                sample: None,
+            }];
+            let plan = m.plan(&seq, None)?;
+            m.upload_meta(&plan)?;
+            let mut tm = StageTimer::new(timed);
+            g.record(&e0, false)?;
+            m.launch_forward(plan.shape, false, &mut tm)?;
+            g.record(&e1, false)?;
+            e1.synchronize()?;
+            secs += f64::from(e0.elapsed_ms(&e1)?) / 1e3;
+            if timed {
+                let mut c = StageClock::default();
+                tm.charge(&mut c)?;
+                for st in Stage::ALL {
+                    clock.add_measured(st, c.get(st));
+                }
+                let touched = experts_touched(m)?;
+                charge_work(
+                    &m.cfg,
+                    &m.w,
+                    &plan.positions,
+                    plan.shape.r,
+                    &touched,
+                    m.lim.max_len,
+                    clock,
+                );
+            }
+        }
+        Ok(secs)
+    };
+    pass(false, &mut StageClock::default())?;
+    let seconds = pass(false, &mut StageClock::default())?;
+    let mut clock = StageClock::default();
+    pass(true, &mut clock)?;
+    Ok(PrefillProfile {
+        tokens,
+        chunk,
+        seconds,
+        clock,
     })
 }
 
