@@ -11,8 +11,9 @@ same call as amdahl (tools/gpu/run.sh peers), so that ratios compare like with l
             DSv4 paged FP8 cache, 64 heads, window 128 + top-512 compressed rows, merged and
             sink-scaled by the file's own helpers; also one 640-row call
   hf        transformers 5.17 eager DeepseekV4ForCausalLM at V4-Flash widths, 4 layers
-            (sliding, sliding, CSA 4, HCA 128; hash MoE x3, MoE), default-initialised bf16
-            weights with hash routes spread over the experts: an 8192-token prefill, then
+            (sliding, sliding, CSA 4, HCA 128; hash MoE x3, MoE), bf16 weights filled on the GPU
+            (matrices N(0, 1/fan_in), vectors 1), hash routes spread over the experts: an
+            8192-token prefill, then
             decode steps at context 8192 (batch 1) and 1024 (batch 16: eager attention
             materialises [batch, heads, rows, cols] scores and batch 16 x 8192 prefill does not fit)
 
@@ -215,6 +216,14 @@ def hf(prefill_len, decode_steps):
     with torch.device("cuda"):
         model = DeepseekV4ForCausalLM(cfg).eval()
     with torch.no_grad():
+        # Building under torch.device("cuda") leaves the parameters as allocated (an earlier run
+        # timed whatever memory held): matrices ~ N(0, 1/fan_in), vectors 1, so routing and
+        # activations are those of a real-valued model.
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+            else:
+                p.fill_(1.0)
         for name, buf in model.named_buffers():
             if name.endswith("tid2eid"):  # spread hash routes like real ones (init leaves zeros)
                 r = torch.rand(buf.shape[0], EXPERTS, device="cuda").argsort(1)[:, : buf.shape[1]]
