@@ -6,10 +6,12 @@
 /// Helpers shared by every module (bf16/fp8/fp4 conversions, reductions, rope).
 pub const COMMON: &str = include_str!("../cuda/common.cuh");
 
-/// One `.cu` file.
+/// One `.cu` file, and the module-private headers compiled before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Module {
     pub name: &'static str,
+    /// (file name, text) of each header, in order.
+    pub headers: &'static [(&'static str, &'static str)],
     pub source: &'static str,
 }
 
@@ -22,26 +24,35 @@ pub struct Entry {
 
 pub const LINEAR: Module = Module {
     name: "linear",
+    headers: &[(
+        "linear_formats.cuh",
+        include_str!("../cuda/linear_formats.cuh"),
+    )],
     source: include_str!("../cuda/linear.cu"),
 };
 pub const MHC: Module = Module {
     name: "mhc",
+    headers: &[],
     source: include_str!("../cuda/mhc.cu"),
 };
 pub const ATTENTION: Module = Module {
     name: "attention",
+    headers: &[],
     source: include_str!("../cuda/attention.cu"),
 };
 pub const MOE: Module = Module {
     name: "moe",
+    headers: &[],
     source: include_str!("../cuda/moe.cu"),
 };
 pub const SAMPLE: Module = Module {
     name: "sample",
+    headers: &[],
     source: include_str!("../cuda/sample.cu"),
 };
 pub const UTIL: Module = Module {
     name: "util",
+    headers: &[],
     source: include_str!("../cuda/util.cu"),
 };
 
@@ -49,10 +60,14 @@ pub const UTIL: Module = Module {
 pub const MODULES: [Module; 6] = [LINEAR, MHC, ATTENTION, MOE, SAMPLE, UTIL];
 
 impl Module {
-    /// The text NVRTC compiles: the common header, then the module (line numbers of errors refer
-    /// to the module file).
+    /// The text NVRTC compiles: the common header, the module's headers, then the module (line
+    /// numbers of errors refer to each file).
     pub fn full_source(&self) -> String {
-        format!("{COMMON}\n#line 1 \"{}.cu\"\n{}", self.name, self.source)
+        let mut s = COMMON.to_string();
+        for (file, text) in self.headers {
+            s += &format!("\n#line 1 \"{file}\"\n{text}");
+        }
+        s + &format!("\n#line 1 \"{}.cu\"\n{}", self.name, self.source)
     }
 }
 
@@ -60,7 +75,7 @@ const fn e(module: &'static str, name: &'static str) -> Entry {
     Entry { module, name }
 }
 
-/// Weight storage formats of the linear kernels, in the order of `linear.cu`'s `FMT_*`.
+/// Weight storage formats of the linear kernels, in the order of `linear_formats.cuh`'s `FMT_*`.
 /// `nvfp4t` and `mxfp4t` are the FP4 formats in the tiled layout of `fp4_tiles.rs`.
 pub const LINEAR_FORMATS: [&str; 10] = [
     "bf16",
@@ -243,6 +258,7 @@ mod tests {
     #[test]
     fn linear_formats_and_tiles_match_the_macros() {
         let src = LINEAR.source;
+        let full = LINEAR.full_source();
         for (i, f) in LINEAR_FORMATS.iter().enumerate() {
             let line = src
                 .lines()
@@ -250,7 +266,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("linear.cu has no LINEAR_FORMAT({f}, …)"));
             let fmt = line.split(',').nth(1).unwrap().trim().trim_end_matches(')');
             let def = format!("#define {fmt} {i}");
-            assert!(src.contains(&def), "{fmt} must be {i} (`{def}`)");
+            assert!(full.contains(&def), "{fmt} must be {i} (`{def}`)");
             assert!(src.contains(&format!("F32X_ENTRY({f}, {fmt})")));
         }
         for nt in LINEAR_TILES {

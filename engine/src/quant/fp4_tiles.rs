@@ -1,5 +1,6 @@
-//! The tiled FP4 layout the GPU linear kernels read (`FMT_NVFP4T`, `FMT_MXFP4T` in linear.cu),
-//! built at upload from the row-major packed codes and scales. Two changes, both for decode:
+//! The tiled FP4 layout the GPU linear kernels read (`FMT_NVFP4T`, `FMT_MXFP4T` in
+//! kernels/cuda/linear_formats.cuh), built at upload from the row-major packed codes and scales.
+//! Two changes, both for decode:
 //!
 //! - **Blocks.** Codes are stored per 16-row × 128-column block (1 KiB), in the order the warps
 //!   of the kernels load them: 16-byte slot `((n/8)%2)·32 + (n%8)·4 + (k/32)%4` of block
@@ -194,7 +195,7 @@ mod tests {
         })
     }
 
-    /// The kernel's decode (`fp4t_word` in linear.cu), op for op: 4 bf16 pairs.
+    /// The kernel's decode (`fp4t_word` in linear_formats.cuh), op for op: 4 bf16 pairs.
     fn kernel_decode(w: u32) -> [u32; 4] {
         let (r1, r4, r5) = (w.rotate_right(1), w.rotate_right(4), w.rotate_right(5));
         const M: u32 = 0x81C0_81C0;

@@ -16,7 +16,8 @@ use crate::quant::{BlockScales, QuantWeight};
 
 use super::gpu::{DevBuf, Gpu};
 
-/// Weight format codes of `linear.cu` (`FMT_*`), the index into `amdahl_kernels::LINEAR_FORMATS`.
+/// Weight format codes of `linear_formats.cuh` (`FMT_*`), the index into
+/// `amdahl_kernels::LINEAR_FORMATS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fmt {
     Bf16 = 0,
@@ -75,7 +76,7 @@ impl Fmt {
     }
 }
 
-/// The kernels' `WDesc` (linear.cu), passed by value.
+/// The kernels' `WDesc` (linear_formats.cuh), passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WDesc {
