@@ -223,12 +223,13 @@ impl GLinear {
         }
         let mut ps: Vec<Parts<'_>> = ls.iter().map(|l| parts(l)).collect();
         // FP4 is stored tiled when every matrix allows it (one format per GLinear).
-        if let Some((t, kind)) = ps[0].fmt.tiled() {
+        let same_fmt = ps.iter().all(|p| p.fmt == ps[0].fmt);
+        if let Some((t, kind)) = ps[0].fmt.tiled().filter(|_| same_fmt) {
             let tiles: Option<Vec<(Vec<u8>, Vec<u8>)>> = ps
                 .iter()
                 .map(|p| crate::quant::fp4_tiles::tile(&p.w, &p.s, rows, cols, kind))
                 .collect();
-            if let Some(tiles) = tiles.filter(|_| ps.iter().all(|p| p.fmt == ps[0].fmt)) {
+            if let Some(tiles) = tiles {
                 for (p, (w, s)) in ps.iter_mut().zip(tiles) {
                     (p.w, p.s, p.fmt) = (w, s, t);
                 }
