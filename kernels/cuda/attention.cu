@@ -20,26 +20,56 @@
 #define ATT_SLD 40     // floats per score row in shared memory (padded against bank conflicts)
 #define ATT_QB 8       // q float4 loads in flight per thread
 
-// q [T, H·d] f32 in place: unweighted RMSNorm per head, then RoPE at the row's position.
+// RoPE of the (even, odd) pairs of float4 column c4 that fall in the trailing rd dims of a
+// d-wide head ((d - rd) even).
+__device__ __forceinline__ void rope4(float4& v, int c4, int d, int rd, const float* __restrict__ inv_freq,
+                                      int pos, float rope_scale) {
+    const int c = 4 * c4 - (d - rd);
+    if (c >= 0) rope_pair(&v.x, &v.y, inv_freq[c / 2], pos, rope_scale, 1.f);
+    if (c + 2 >= 0) rope_pair(&v.z, &v.w, inv_freq[c / 2 + 1], pos, rope_scale, 1.f);
+}
+
+// q [T, H·d] f32 in place: unweighted RMSNorm per head, then RoPE at the row's position. One
+// warp per head (block (head group of 8, row)); a head of d <= 512, d % 4 == 0 is held in
+// registers as float4s, so it is read and written once with all loads in flight.
 extern "C" __global__ void __launch_bounds__(256) q_prep(
     float* __restrict__ q, int H, int d, float eps, const int* __restrict__ row_pos,
     const float* __restrict__ inv_freq, int rd, float rope_scale) {
-    const int t = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int t = blockIdx.y;
+    const int lane = threadIdx.x & 31, h = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (h >= H) return;
     const int pos = row_pos[t];
-    for (int h = warp; h < H; h += nw) {
-        float* v = q + ((i64)t * H + h) * d;
+    float* v = q + ((i64)t * H + h) * d;
+    if (d % 4 == 0 && d <= 512) {
+        const int d4 = d >> 2;
+        float4* v4 = reinterpret_cast<float4*>(v);
+        float4 r[4];
         float ss = 0.f;
-        for (int c = lane; c < d; c += 32) ss += v[c] * v[c];
-        ss = warp_sum(ss);
-        const float r = 1.f / sqrtf(ss / (float)d + eps);
-        for (int c = lane; c < d; c += 32) v[c] *= r;
-        __syncwarp();
-        for (int i = lane; i < rd / 2; i += 32) {
-            int c0 = d - rd + 2 * i;
-            rope_pair(&v[c0], &v[c0 + 1], inv_freq[i], pos, rope_scale, 1.f);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c4 = lane + 32 * i;
+            r[i] = c4 < d4 ? v4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+            ss += r[i].x * r[i].x + r[i].y * r[i].y + r[i].z * r[i].z + r[i].w * r[i].w;
         }
-        __syncwarp();
+        const float s = 1.f / sqrtf(warp_sum(ss) / (float)d + eps);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c4 = lane + 32 * i;
+            if (c4 >= d4) continue;
+            r[i].x *= s; r[i].y *= s; r[i].z *= s; r[i].w *= s;
+            rope4(r[i], c4, d, rd, inv_freq, pos, rope_scale);
+            v4[c4] = r[i];
+        }
+        return;
+    }
+    float ss = 0.f;
+    for (int c = lane; c < d; c += 32) ss += v[c] * v[c];
+    const float s = 1.f / sqrtf(warp_sum(ss) / (float)d + eps);
+    for (int c = lane; c < d; c += 32) v[c] *= s;
+    __syncwarp();
+    for (int i = lane; i < rd / 2; i += 32) {
+        const int c0 = d - rd + 2 * i;
+        rope_pair(&v[c0], &v[c0 + 1], inv_freq[i], pos, rope_scale, 1.f);
     }
 }
 

@@ -23,21 +23,22 @@
 
 #define LIN_WARPS 8
 
-// Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share of K.
+// Accumulates the 16-row tile at n0 for up to 8·NT tokens over this warp's share (of 8) of the
+// superchunks [sc_lo, sc_hi) of K (sc_hi past the end: to the end).
 // xr[j]: row pointer (bf16) of token j·8 + g of the group, or null.
 template <int FMT, int NT, int DUAL>
 __device__ __forceinline__ void mma_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
-                                         int K, const u16* const xr[NT], float acc0[NT][4],
-                                         float acc1[NT][4]) {
+                                         int K, int sc_lo, int sc_hi, const u16* const xr[NT],
+                                         float acc0[NT][4], float acc1[NT][4]) {
     constexpr int V = Vec<FMT>::V;
     constexpr int SC = 32 * V;
     constexpr int U = (NT >= 4) ? 1 : (DUAL ? (V >= 2 ? 1 : 2) : (V == 4 ? 2 : 4 / V));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
-    const int nsc = (K + SC - 1) / SC;
-    const int per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
-    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
+    const int hi = min((K + SC - 1) / SC, sc_hi);
+    const int per = (hi - sc_lo + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = sc_lo + warp * per, c_end = min(hi, c_begin + per);
     for (int c0 = c_begin; c0 < c_end; c0 += U) {
         u32 wa[U][4 * V], wb[U][4 * V], va[U][4 * V], vb[U][4 * V];
         u32 xv[U][NT][4 * V];
@@ -131,12 +132,23 @@ __device__ __forceinline__ void tile_coord(int i, int* row, int* tok) {
 // Dense linear: x [M, ldx] bf16 (K columns used) → y [M, ldy] at column offset 0, f32 or bf16.
 // A stacked weight (gridDim.z = its matrices) is a grouped linear: matrix e maps x columns
 // [e·K, (e+1)·K) to y columns [e·N, (e+1)·N).
+//
+// Split K (gridDim.y > 1, M <= 8·NT): block (tile, ky) covers the ky-th share of K's
+// superchunks and stores its reduced tile in ws; the last block of a tile to arrive (counted in
+// cnt, which it resets) sums the gridDim.y partials in ky order and writes y. Deterministic, and
+// a linear of few row tiles (wkv: 32) fills the GPU instead of 32 SMs.
 template <int FMT, int NT>
 __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
-                              int M, int N, int K, int out_bf16) {
+                              int M, int N, int K, int out_bf16, float* __restrict__ ws,
+                              unsigned* __restrict__ cnt) {
     extern __shared__ float red[];
+    __shared__ int last;
     const int n0 = blockIdx.x * 16, e = blockIdx.z;
     const int g = (threadIdx.x & 31) >> 2;
+    constexpr int SC = 32 * Vec<FMT>::V;
+    const int ks = gridDim.y;
+    const int per_k = ((K + SC - 1) / SC + ks - 1) / ks;
+    const int sc_lo = blockIdx.y * per_k;
     x += (i64)e * K;
     y = out_bf16 ? (void*)(reinterpret_cast<u16*>(y) + (i64)e * N) : (void*)(reinterpret_cast<float*>(y) + (i64)e * N);
     const float post = post_scale<FMT>(d, e);
@@ -149,8 +161,27 @@ __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void*
             int m = m0 + j * 8 + g;
             xr[j] = m < M ? x + (i64)m * ldx : nullptr;
         }
-        mma_core<FMT, NT, 0>(d, d, e, n0, N, K, xr, acc, acc);
+        mma_core<FMT, NT, 0>(d, d, e, n0, N, K, sc_lo, sc_lo + per_k, xr, acc, acc);
         reduce_warps<NT>(acc, red);
+        if (ks > 1) {
+            const int tile = blockIdx.z * gridDim.x + blockIdx.x;
+            float* mine = ws + ((i64)tile * ks + blockIdx.y) * 128 * NT;
+            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) mine[i] = red[i];
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) last = atomicAdd(&cnt[tile], 1u) == (unsigned)ks - 1;
+            __syncthreads();
+            if (!last) return;
+            __threadfence();
+            const float* all = ws + (i64)tile * ks * 128 * NT;
+            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+                float v = 0.f;
+                for (int q = 0; q < ks; q++) v += __ldcg(all + (i64)q * 128 * NT + i);
+                red[i] = v;
+            }
+            if (threadIdx.x == 0) cnt[tile] = 0;
+            __syncthreads();
+        }
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);
@@ -197,7 +228,7 @@ __device__ void moe_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int
             int m = m0 + j * 8 + g;
             xr[j] = m < count ? x + (i64)tok_of[start + m] * ldx : nullptr;
         }
-        mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, xr, a1, a3);
+        mma_core<FMT, NT, 1>(w1, w3, e, n0, N, K, 0, 1 << 30, xr, a1, a3);
         reduce_warps<NT>(a1, red);
         reduce_warps<NT>(a3, red3);
         const float p1 = post_scale<FMT>(w1, e), p3 = post_scale<FMT>(w3, e);
@@ -234,7 +265,7 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
             int m = m0 + j * 8 + g;
             xr[j] = m < count ? act + (i64)(start + m) * K : nullptr;
         }
-        mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, xr, acc, acc);
+        mma_core<FMT, NT, 0>(w2, w2, e, n0, N, K, 0, 1 << 30, xr, acc, acc);
         reduce_warps<NT>(acc, red);
         const float post = post_scale<FMT>(w2, e);
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
@@ -411,17 +442,23 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
         });
 }
 
+// Blocks per SM the register budget must allow: three for one token group of a non-FP4 format
+// (85 registers, no spills at sm_90; more warps in flight on a latency-bound decode GEMV), two up
+// to 16 tokens, one beyond.
+#define LIN_MIN_BLOCKS(FMT, NT) ((NT) == 1 && !IS_FP4(FMT) ? 3 : (NT) <= 2 ? 2 : 1)
+
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) linear_##NAME##_nt##NT(        \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {           \
-        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                                    \
+    extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) linear_##NAME##_nt##NT(    \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, float* ws,  \
+        unsigned* cnt) {                                                                                 \
+        linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16, ws, cnt);                           \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_up_##NAME##_nt##NT(        \
+    extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) moe_up_##NAME##_nt##NT(    \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
         const int* act_list, u16* act, int N, int K, float limit) {                                      \
         moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);             \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(256, (NT <= 2 ? 2 : 1)) moe_down_##NAME##_nt##NT(      \
+    extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) moe_down_##NAME##_nt##NT(  \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
         int N, int K) {                                                                                  \
         moe_down_kernel<FMT, NT>(w2, act, offsets, wt, act_list, y, N, K);                               \
@@ -460,7 +497,8 @@ LINEAR_FORMAT(nvfp4t, FMT_NVFP4T)
 LINEAR_FORMAT(mxfp4t, FMT_MXFP4T)
 
 // f32-input linear for small, selection-sensitive projections (the MoE router): one warp per
-// (row n, token m), weights dequantized from any dense format. y [M, N] f32.
+// (row n, token m), weights dequantized from any dense format, the K loop unrolled so four
+// rounds of loads are in flight. y [M, N] f32.
 template <int FMT>
 __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx,
                                    float* __restrict__ y, int M, int N, int K) {
@@ -469,6 +507,7 @@ __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx
     if (wid >= (i64)M * N) return;
     const int n = (int)(wid % N), m = (int)(wid / N);
     float s = 0.f;
+#pragma unroll 4
     for (int k = lane * 8; k < K; k += 256) {
         float w[8];
         load_w8f<FMT>(d, 0, n, k, K, w);

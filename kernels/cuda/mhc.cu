@@ -3,6 +3,10 @@
 // for the reductions; the post-mix is elementwise.
 
 #define MAX_MIX 24  // (2 + hc)·hc for hc <= 4
+#define MIX_PARTS 128  // most partials per row (amdahl-kernels mhc::MIX_PARTS)
+#define POST_COLS 32  // columns per hc_post block and partial (amdahl-kernels mhc::post_parts)
+#define PRE_THREADS 1024  // hc_pre block size (amdahl-kernels mhc::PRE_THREADS)
+#define PRE_PER 1  // float4 columns per thread loaded ahead in hc_pre (2 spills at 64 registers)
 
 // X[t, i·D + c] = E[token_t, c] for every stream i. fmt: 0 bf16, 1 f32, 2 f16.
 extern "C" __global__ void embed_rows(const void* __restrict__ E, int fmt, const int* __restrict__ tokens,
@@ -22,10 +26,29 @@ extern "C" __global__ void embed_rows(const void* __restrict__ E, int fmt, const
 // partial[row][part] = (fn[m] · X_row[part range] for m < nmix, Σ x² over the range). `sel`
 // (nullable) maps rows to token rows of X. Spreading the 24 × hc·D dot products over many
 // blocks keeps small batches from running on one SM.
+// Block-sums this thread's mixing dot products and square sum into out[0..MAX_MIX] (one
+// partial of the layout [row][part][MAX_MIX + 1]). Every thread of the block must call it.
+__device__ void store_mix_partial(const float acc[MAX_MIX], float ss, float* __restrict__ out) {
+    __shared__ float wpart[32][MAX_MIX + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int m = 0; m < MAX_MIX; m++) {
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) wpart[warp][m] = v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) wpart[warp][MAX_MIX] = ss;
+    __syncthreads();
+    if (threadIdx.x <= MAX_MIX) {
+        float v = 0.f;
+        for (int w = 0; w < (int)((blockDim.x + 31) >> 5); w++) v += wpart[w][threadIdx.x];
+        out[threadIdx.x] = v;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial(
     const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ fn, int W,
     int nmix, float* __restrict__ partial) {
-    __shared__ float wpart[8][MAX_MIX + 1];
     const int part = blockIdx.x, parts = gridDim.x, row = blockIdx.y;
     const int t = sel ? sel[row] : row;
     const float* Xt = X + (i64)t * W;
@@ -42,36 +65,30 @@ extern "C" __global__ void __launch_bounds__(256) hc_mix_partial(
         for (int m = 0; m < MAX_MIX; m++)
             if (m < nmix) acc[m] += x * fn[(i64)m * W + i];
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int m = 0; m < MAX_MIX; m++) {
-        const float v = warp_sum(acc[m]);
-        if (lane == 0) wpart[warp][m] = v;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) wpart[warp][MAX_MIX] = ss;
-    __syncthreads();
-    if (threadIdx.x <= MAX_MIX) {
-        float v = 0.f;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) v += wpart[w][threadIdx.x];
-        partial[((i64)row * parts + part) * (MAX_MIX + 1) + threadIdx.x] = v;
-    }
+    store_mix_partial(acc, ss, partial + ((i64)row * parts + part) * (MAX_MIX + 1));
 }
 
-// The mixing vector r·(fn · X_t) of row `row` from its partials, into smix[0..nmix): threads
-// 0..nmix-1 sum one mixing column each and thread MAX_MIX the squares, all at once.
+// The mixing vector r·(fn · X_t) of row `row` from its `parts` (<= MIX_PARTS) partials, into
+// smix[0..nmix): every partial is loaded at once (one memory round trip), then a warp sums each
+// mixing column (and the squares, column MAX_MIX).
 __device__ void hc_mix_reduce(const float* __restrict__ partial, int row, int parts, int W, int nmix,
                               float norm_eps, float* smix) {
+    __shared__ float sp[MIX_PARTS * (MAX_MIX + 1)];
     __shared__ float sraw[MAX_MIX + 1];
-    const int c = threadIdx.x;
-    if (c < nmix || c == MAX_MIX) {
-        const float* p = partial + (i64)row * parts * (MAX_MIX + 1) + c;
+    const int n = parts * (MAX_MIX + 1);
+    const float* p = partial + (i64)row * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sp[i] = p[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+    for (int c = threadIdx.x >> 5; c <= MAX_MIX; c += nw) {
+        if (c >= nmix && c != MAX_MIX) continue;
         float v = 0.f;
-#pragma unroll 8
-        for (int q = 0; q < parts; q++) v += p[(i64)q * (MAX_MIX + 1)];
-        sraw[c] = v;
+        for (int q = lane; q < parts; q += 32) v += sp[q * (MAX_MIX + 1) + c];
+        v = warp_sum(v);
+        if (lane == 0) sraw[c] = v;
     }
     __syncthreads();
+    const int c = threadIdx.x;
     if (c < nmix) smix[c] = sraw[c] * (1.f / sqrtf(sraw[MAX_MIX] / (float)W + norm_eps));
     __syncthreads();
 }
@@ -124,10 +141,33 @@ __device__ void hc_mixers(const float* smix, const float* __restrict__ base,
     if (mine) mb[hc + lane] = c;
 }
 
-// Before a sub-layer (after `hc_mix_partial`): mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's
-// weighted RMSNorm. Writes post and comb to mixbuf [T, hc + hc·hc] for `hc_post`, and the
-// normalized input as f32 (nullable) and bf16 (nullable). Dynamic smem: D floats.
-extern "C" __global__ void __launch_bounds__(256) hc_pre(
+// The post-mix of one column: v_k = post_k · y + Σ_j comb[j][k] · old_j (zeros past hc).
+__device__ __forceinline__ void hc_post_mix(const float post[4], const float comb[4][4], const float old[4],
+                                            float yv, float v[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float a = post[k] * yv;
+#pragma unroll
+        for (int j = 0; j < 4; j++) a += comb[j][k] * old[j];
+        v[k] = a;
+    }
+}
+
+// w ⊙ (u · r) at float4 column c4 into the f32 and/or bf16 row (either nullable).
+__device__ __forceinline__ void store_norm4(float4 u, float4 w, float r, int c4, float* uf, u16* ub) {
+    const float4 v = make_float4(w.x * (u.x * r), w.y * (u.y * r), w.z * (u.z * r), w.w * (u.w * r));
+    if (uf) reinterpret_cast<float4*>(uf)[c4] = v;
+    if (ub) reinterpret_cast<uint2*>(ub)[c4] = make_uint2(pack_bf2(v.x, v.y), pack_bf2(v.z, v.w));
+}
+
+// Before a sub-layer (after the mixing partials: `hc_mix_partial` or the previous `hc_post`):
+// mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's weighted RMSNorm.
+// Writes post and comb to mixbuf [T, hc + hc·hc] for `hc_post`, and the normalized input as f32
+// (nullable) and bf16 (nullable). One block of PRE_THREADS per token: the first float4 column
+// of every stream and the norm weights are loaded before the mixing reduction, so a
+// token costs about three memory round trips. D % 4 == 0 (checked at launch). Dynamic smem:
+// D floats.
+extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     const float* __restrict__ X, const float* __restrict__ partial, int parts, const float* __restrict__ base,
     const float* __restrict__ scale, int hc, int D, int iters, float hc_eps, float norm_eps,
     const float* __restrict__ nw, float* __restrict__ mixbuf, float* __restrict__ u_f32,
@@ -137,51 +177,136 @@ extern "C" __global__ void __launch_bounds__(256) hc_pre(
     __shared__ float spre[4];
     __shared__ float scratch[33];
     const int t = blockIdx.x;
-    const int W = hc * D, nmix = (2 + hc) * hc;
-    const float* Xt = X + (i64)t * W;
+    const int W = hc * D, nmix = (2 + hc) * hc, D4 = D >> 2;
+    const float4* X4 = reinterpret_cast<const float4*>(X + (i64)t * W);
+    const float4* nw4 = reinterpret_cast<const float4*>(nw);
+    float4 xs[PRE_PER][4], ws[PRE_PER];
+#pragma unroll
+    for (int p = 0; p < PRE_PER; p++) {
+        const int c4 = threadIdx.x + p * blockDim.x;
+        if (c4 < D4) {
+            ws[p] = nw4[c4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i < hc) xs[p][i] = X4[i * D4 + c4];
+        }
+    }
     hc_mix_reduce(partial, t, parts, W, nmix, norm_eps, smix);
     hc_mixers(smix, base, scale, hc, iters, hc_eps, mixbuf + (i64)t * (hc + hc * hc), spre);
     __syncthreads();
-    float ss = 0.f;
-    // Unrolled so the loads of several columns are in flight at once (one block per token).
-#pragma unroll 4
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float u = 0.f;
+    float pre[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (i < hc) u += spre[i] * Xt[i * D + c];
-        su[c] = u;
-        ss += u * u;
+    for (int i = 0; i < 4; i++) pre[i] = i < hc ? spre[i] : 0.f;
+    float ss = 0.f;
+    float4* su4 = reinterpret_cast<float4*>(su);
+    for (int c0 = 0; c0 < D4; c0 += PRE_PER * blockDim.x) {
+#pragma unroll
+        for (int p = 0; p < PRE_PER; p++) {
+            const int c4 = c0 + threadIdx.x + p * blockDim.x;
+            if (c4 >= D4) continue;
+            if (c0 > 0) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (i < hc) xs[p][i] = X4[i * D4 + c4];
+            }
+            float4 u = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (i >= hc) break;
+                u.x += pre[i] * xs[p][i].x;
+                u.y += pre[i] * xs[p][i].y;
+                u.z += pre[i] * xs[p][i].z;
+                u.w += pre[i] * xs[p][i].w;
+            }
+            su4[c4] = u;
+            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        }
     }
-    const float tot = block_sum(ss, scratch);
-    const float r = 1.f / sqrtf(tot / (float)D + norm_eps);
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float v = nw[c] * (su[c] * r);
-        if (u_f32) u_f32[(i64)t * D + c] = v;
-        if (u_bf) u_bf[(i64)t * D + c] = f2bf(v);
+    const float r = 1.f / sqrtf(block_sum(ss, scratch) / (float)D + norm_eps);
+    float* uf = u_f32 ? u_f32 + (i64)t * D : nullptr;
+    u16* ub = u_bf ? u_bf + (i64)t * D : nullptr;
+#pragma unroll
+    for (int p = 0; p < PRE_PER; p++) {
+        const int c4 = threadIdx.x + p * blockDim.x;
+        if (c4 < D4) store_norm4(su4[c4], ws[p], r, c4, uf, ub);
     }
+    for (int c4 = threadIdx.x + PRE_PER * blockDim.x; c4 < D4; c4 += blockDim.x) store_norm4(su4[c4], nw4[c4], r, c4, uf, ub);
 }
 
-// After a sub-layer: X'_k = post_k · y + Σ_j comb[j][k] · X_j, in place.
-extern "C" __global__ void hc_post(float* __restrict__ X, const float* __restrict__ y,
-                                   const float* __restrict__ mixbuf, int hc, int D) {
-    const int t = blockIdx.y;
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
+// After a sub-layer: X'_k = post_k · y + Σ_j comb[j][k] · X_j, in place. With `fn_next` (the
+// next site's mixing weights, nullable) the block (part, token) also writes the mixing partial
+// of its columns of X' (POST_COLS at a time, the layout of `hc_mix_partial`), so the next
+// `hc_pre` needs no pass of its own over X: warp w forms mix rows 3w..3w+2 (every warp
+// recomputes X' for the block's columns; warp 0 stores it), so a 4096-wide row spreads over 128
+// blocks and no block-wide reduction is needed.
+extern "C" __global__ void __launch_bounds__(256) hc_post(float* __restrict__ X, const float* __restrict__ y,
+                                                        const float* __restrict__ mixbuf, int hc, int D,
+                                                        const float* __restrict__ fn_next,
+                                                        float* __restrict__ partial) {
+    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int W = hc * D, nmix = (2 + hc) * hc;
     const float* mb = mixbuf + (i64)t * (hc + hc * hc);
-    float* Xt = X + (i64)t * hc * D;
-    float old[4];
+    float* Xt = X + (i64)t * W;
+    const float* yt = y + (i64)t * D;
+    float post[4], comb[4][4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) old[j] = j < hc ? Xt[j * D + c] : 0.f;
-    const float yv = y[(i64)t * D + c];
+    for (int j = 0; j < 4; j++) {
+        post[j] = j < hc ? mb[j] : 0.f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (k >= hc) break;
-        float v = mb[k] * yv;
+        for (int k = 0; k < 4; k++) comb[j][k] = j < hc && k < hc ? mb[hc + j * hc + k] : 0.f;
+    }
+    if (!fn_next) {
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x) {
+            float old[4], v[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (j < hc) v += mb[hc + j * hc + k] * old[j];
-        Xt[k * D + c] = v;
+            for (int j = 0; j < 4; j++) old[j] = j < hc ? Xt[j * D + c] : 0.f;
+            hc_post_mix(post, comb, old, yt[c], v);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (k < hc) Xt[k * D + c] = v[k];
+        }
+        return;
+    }
+    constexpr int QW = MAX_MIX / 8;  // mix rows per warp
+    float acc[QW], ss = 0.f;
+#pragma unroll
+    for (int q = 0; q < QW; q++) acc[q] = 0.f;
+    for (int base = blockIdx.x * POST_COLS; base < D; base += gridDim.x * POST_COLS) {
+        const int c = base + lane;
+        const bool in = c < D;
+        float old[4], v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) old[j] = in && j < hc ? Xt[j * D + c] : 0.f;
+        hc_post_mix(post, comb, old, in ? yt[c] : 0.f, v);
+        __syncthreads();  // every warp has read X before warp 0 overwrites it
+        if (in) {
+            if (warp == 0) {
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (k < hc) {
+                        Xt[k * D + c] = v[k];
+                        ss += v[k] * v[k];
+                    }
+            }
+#pragma unroll
+            for (int q = 0; q < QW; q++) {
+                const int m = warp * QW + q;
+                if (m >= nmix) break;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (k < hc) acc[q] += v[k] * fn_next[(i64)m * W + k * D + c];
+            }
+        }
+    }
+    float* out = partial + ((i64)t * gridDim.x + blockIdx.x) * (MAX_MIX + 1);
+#pragma unroll
+    for (int q = 0; q < QW; q++) {
+        const float v = warp_sum(acc[q]);
+        if (lane == 0 && warp * QW + q < nmix) out[warp * QW + q] = v;
+    }
+    if (warp == 0) {
+        ss = warp_sum(ss);
+        if (lane == 0) out[MAX_MIX] = ss;
     }
 }
 

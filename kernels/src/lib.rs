@@ -138,8 +138,17 @@ pub mod mhc {
         NORM_ROWS,
     ];
     /// Parts the mixing dot products of one token are split into, and the floats per part.
-    pub const MIX_PARTS: usize = 32;
+    pub const MIX_PARTS: usize = 128;
+    /// Parts of the standalone `hc_mix_partial` pass (layer 0 and the head).
+    pub const MIX_PASS_PARTS: usize = 32;
     pub const MIX_STRIDE: usize = 25;
+    /// Threads of an `hc_pre` block (`PRE_THREADS` in mhc.cu).
+    pub const PRE_THREADS: usize = 1024;
+    /// Blocks per token of `hc_post` (32 columns each, `POST_COLS` in mhc.cu), and so the
+    /// partials it leaves for the next `hc_pre`.
+    pub fn post_parts(d: usize) -> usize {
+        d.div_ceil(32).clamp(1, MIX_PARTS)
+    }
 }
 
 pub mod attention {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [prefill] [ncu] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --cache .gpu/kcache`). Logs go to $OUT.
@@ -105,10 +105,16 @@ if [[ " $what " == *" ncu "* ]] && command -v ncu >/dev/null; then
   for b in ${NCU_BATCH:-1 16}; do
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:${NCU_KERNELS:-sparse}" \
       --launch-count ${NCU_COUNT:-8} --print-summary per-kernel .gpu/amdahl profile --dummy v4-flash \
-      --layers ${LAYERS:-4} --batch "$b" --ctx 8192 --steps 1 >"$OUT/ncu_b$b.txt" 2>&1
+      --layers ${NCU_LAYERS:-${LAYERS:-4}} --batch "$b" --ctx 8192 --steps 1 >"$OUT/ncu_b$b.txt" 2>&1
     echo "--- ncu batch $b"
     awk '/^  [a-z_]+.*\(/ {k=$1} /Invocations/ {n=$NF} /gpu__time_duration.sum/ {print k, "launches", n, $(NF-3), $(NF-2), $(NF-1), $NF}' "$OUT/ncu_b$b.txt"
   done
+fi
+if [[ " $what " == *" ncufull "* ]] && command -v ncu >/dev/null; then
+  # Every section (memory, occupancy, warp stalls) of the kernels named by NCUF_KERNELS at one batch.
+  timeout 240 ncu --set full -k "regex:${NCUF_KERNELS:-linear_fp8}" --launch-count ${NCUF_COUNT:-6} .gpu/amdahl profile \
+    --dummy v4-flash --layers 1 --batch ${NCUF_BATCH:-1} --ctx 8192 --steps 1 >"$OUT/ncu_full.txt" 2>&1
+  grep -E '^  [a-z_]+.*\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|One or More Eligible|Stall' "$OUT/ncu_full.txt" | head -n 80
 fi
 if [[ " $what " == *" peers "* ]]; then
   # The peers at the same shapes (tools/gpu/peers.py); SGLang's kernel only if brought in .gpu/peers.

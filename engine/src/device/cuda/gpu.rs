@@ -191,7 +191,14 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     _modules: Vec<Arc<CudaModule>>,
     funcs: HashMap<String, sys::CUfunction>,
+    /// Split-K workspace of the dense linear: partial tiles, then one arrival counter per
+    /// tile (zero between launches: the last block of a tile resets its counter).
+    split_ws: Option<DevBuf>,
 }
+
+/// Bytes of split-K partial tiles, and tile counters, in [`Gpu::split_ws`].
+pub const SPLIT_PARTIAL_BYTES: usize = 4 << 20;
+pub const SPLIT_COUNTERS: usize = 4096;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,13 +287,24 @@ impl Gpu {
             }
             funcs.insert(ename, cf);
         }
-        Ok(Self {
+        let mut gpu = Self {
             info,
             ctx,
             stream,
             _modules: modules,
             funcs,
-        })
+            split_ws: None,
+        };
+        let ws = gpu.zeros(SPLIT_PARTIAL_BYTES + SPLIT_COUNTERS * 4)?;
+        gpu.sync()?;
+        gpu.split_ws = Some(ws);
+        Ok(gpu)
+    }
+
+    /// The split-K workspace: (partial tiles, tile counters) device pointers.
+    pub fn split_ws(&self) -> (u64, u64) {
+        let p = self.split_ws.as_ref().map_or(0, |b| b.ptr);
+        (p, p + SPLIT_PARTIAL_BYTES as u64)
     }
 
     pub fn bind(&self) -> Result<()> {

@@ -38,6 +38,16 @@ impl Fmt {
         amdahl_kernels::LINEAR_FORMATS[self as usize]
     }
 
+    /// Columns of one superchunk of linear.cu (32 lanes' worth of 16-byte loads, `32·V`):
+    /// fp8 64, FP4 128, the rest 32.
+    pub fn superchunk_cols(self) -> usize {
+        match self {
+            Fmt::F32 | Fmt::Bf16 | Fmt::F16 => 32,
+            Fmt::Fp8BlockE8m0 | Fmt::Fp8BlockF32 | Fmt::Fp8Tensor => 64,
+            _ => 128,
+        }
+    }
+
     /// Stored bytes of a `rows × cols` weight (codes + scales).
     pub fn bytes(self, rows: usize, cols: usize) -> usize {
         let n = rows * cols;

@@ -45,7 +45,18 @@ pub fn linear(
 ) -> Result<u64> {
     let nt = tiles_for(m);
     let name = linear_entry("linear", w.fmt.name(), nt);
-    let l = Launch::new((w.rows.div_ceil(16), 1, w.experts), 256, lin_smem(nt));
+    let tiles = w.rows.div_ceil(16);
+    let slots = lin_blocks_per_sm(w.fmt, nt) * gpu.info.sms;
+    let ks = k_splits(
+        tiles * w.experts,
+        w.cols,
+        w.fmt.superchunk_cols(),
+        m,
+        nt,
+        slots,
+    );
+    let (ws, cnt) = gpu.split_ws();
+    let l = Launch::new((tiles, ks, w.experts), 256, lin_smem(nt));
     gpu.launch_named(
         &name,
         l,
@@ -58,9 +69,46 @@ pub fn linear(
             .usize(m)
             .usize(w.rows)
             .usize(w.cols)
-            .i32(out_bf16 as i32),
+            .i32(out_bf16 as i32)
+            .ptr(ws)
+            .ptr(cnt),
     )?;
     Ok(l.blocks())
+}
+
+/// K splits of a dense linear of `blocks` row-tile blocks over `k` columns when `slots` blocks
+/// run at once: the split with the least modelled time, waves × (1/ks of the work + a fixed
+/// quarter for a block's start, reduction and store), so few-tile linears (wq_a, wkv, the
+/// compressors' and the indexer's projections) fill the GPU and one-wave ones (wo_b) run fuller
+/// waves. A warp keeps at least one superchunk; one token group only (m <= 8·nt); the partials
+/// must fit the workspace. 1 = no split.
+pub fn k_splits(
+    blocks: usize,
+    k: usize,
+    sc_cols: usize,
+    m: usize,
+    nt: usize,
+    slots: usize,
+) -> usize {
+    if m > 8 * nt || blocks > super::gpu::SPLIT_COUNTERS {
+        return 1;
+    }
+    let most = (k.div_ceil(sc_cols) / 8)
+        .min(super::gpu::SPLIT_PARTIAL_BYTES / (blocks * 128 * nt * 4))
+        .clamp(1, 32);
+    let cost = |ks: usize| (blocks * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.25);
+    (1..=most)
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .unwrap_or(1)
+}
+
+/// Blocks of a dense linear entry one SM holds (`LIN_MIN_BLOCKS` in linear.cu).
+fn lin_blocks_per_sm(fmt: super::weights::Fmt, nt: usize) -> usize {
+    match nt {
+        1 if fmt.superchunk_cols() < 128 => 3,
+        1 | 2 => 2,
+        _ => 1,
+    }
 }
 
 /// f32-input linear (router): y [m, N] f32.
@@ -110,7 +158,7 @@ pub fn embed(
 }
 
 /// The mixing dot products of `rows` rows (`sel` maps rows to X rows; 0 = identity), split over
-/// `MIX_PARTS` blocks per row, into `partial`.
+/// `MIX_PASS_PARTS` blocks per row, into `partial`.
 #[allow(clippy::too_many_arguments)]
 pub fn hc_mix_partial(
     gpu: &Gpu,
@@ -122,7 +170,7 @@ pub fn hc_mix_partial(
     partial: u64,
     rows: usize,
 ) -> Result<u64> {
-    let l = Launch::new((km::MIX_PARTS, rows, 1), 256, 0);
+    let l = Launch::new((km::MIX_PASS_PARTS, rows, 1), 256, 0);
     gpu.launch(
         km::HC_MIX_PARTIAL,
         l,
@@ -137,8 +185,10 @@ pub fn hc_mix_partial(
     Ok(l.blocks())
 }
 
-/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm (two launches:
-/// the split mixing dot products, then Sinkhorn, the collapse and the norm per token).
+/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm: Sinkhorn, the
+/// collapse and the norm, one block per token. `ready_parts` > 0: the mixing partials are
+/// already in `partial` (an `hc_post` with `next` wrote that many per token); 0: they are
+/// computed first (one more launch).
 #[allow(clippy::too_many_arguments)]
 pub fn hc_pre(
     gpu: &Gpu,
@@ -152,19 +202,30 @@ pub fn hc_pre(
     norm_w: u64,
     mix: u64,
     partial: u64,
+    ready_parts: usize,
     u_f32: u64,
     u_bf: u64,
     t: usize,
 ) -> Result<u64> {
-    let n = hc_mix_partial(gpu, x, 0, hcw.0, hc * d, (2 + hc) * hc, partial, t)?;
-    let l = Launch::new((t, 1, 1), 256, d * 4);
+    if !d.is_multiple_of(4) || hc > 4 {
+        return Err(EngineError::Device(format!(
+            "hc_pre needs hidden_size % 4 == 0 and hc_mult <= 4 (got {d}, {hc})"
+        )));
+    }
+    let (n, parts) = if ready_parts > 0 {
+        (0, ready_parts)
+    } else {
+        let n = hc_mix_partial(gpu, x, 0, hcw.0, hc * d, (2 + hc) * hc, partial, t)?;
+        (n, km::MIX_PASS_PARTS)
+    };
+    let l = Launch::new((t, 1, 1), km::PRE_THREADS, d * 4);
     gpu.launch(
         km::HC_PRE,
         l,
         Args::new()
             .ptr(x)
             .ptr(partial)
-            .usize(km::MIX_PARTS)
+            .usize(parts)
             .ptr(hcw.1)
             .ptr(hcw.2)
             .usize(hc)
@@ -180,12 +241,33 @@ pub fn hc_pre(
     Ok(n + l.blocks())
 }
 
-pub fn hc_post(gpu: &Gpu, x: u64, y: u64, mix: u64, hc: usize, d: usize, t: usize) -> Result<u64> {
-    let l = Launch::new((d.div_ceil(256), t, 1), 256, 0);
+/// The post-mix of a site, in place on `x`. `next` = (the next site's mixing weights, the
+/// partial buffer): also leaves that site's mixing partials (`km::post_parts(d)` per token),
+/// so its `hc_pre` runs with `ready_parts` and no pass of its own.
+#[allow(clippy::too_many_arguments)]
+pub fn hc_post(
+    gpu: &Gpu,
+    x: u64,
+    y: u64,
+    mix: u64,
+    hc: usize,
+    d: usize,
+    t: usize,
+    next: Option<(u64, u64)>,
+) -> Result<u64> {
+    let (fn_next, partial) = next.unwrap_or((0, 0));
+    let l = Launch::new((km::post_parts(d), t, 1), 256, 0);
     gpu.launch(
         km::HC_POST,
         l,
-        Args::new().ptr(x).ptr(y).ptr(mix).usize(hc).usize(d),
+        Args::new()
+            .ptr(x)
+            .ptr(y)
+            .ptr(mix)
+            .usize(hc)
+            .usize(d)
+            .ptr(fn_next)
+            .ptr(partial),
     )?;
     Ok(l.blocks())
 }
@@ -214,7 +296,7 @@ pub fn hc_head(
             .ptr(x)
             .ptr(sel)
             .ptr(partial)
-            .usize(km::MIX_PARTS)
+            .usize(km::MIX_PASS_PARTS)
             .ptr(hw.1)
             .f32(hw.2)
             .usize(hc)
@@ -274,7 +356,7 @@ pub fn q_prep(
     rope: Rope,
     t: usize,
 ) -> Result<u64> {
-    let l = Launch::new((t, 1, 1), 256, 0);
+    let l = Launch::new((h.div_ceil(8), t, 1), 256, 0);
     gpu.launch(
         ka::Q_PREP,
         l,
@@ -621,4 +703,23 @@ pub fn sample(gpu: &Gpu, s: SampleArgs, rows: usize) -> Result<u64> {
             .ptr(s.out),
     )?;
     Ok(l.blocks())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::k_splits;
+
+    #[test]
+    fn k_splits_fill_the_gpu_only_for_few_tiles_at_decode() {
+        // V4-Flash on 132 SMs at 3 blocks each (one token, fp8: 396 slots): wkv (512 × 4096),
+        // wq_a (1024 × 4096) split to one full wave; wo_b (4096 × 8192) in 3 for two fuller
+        // waves; the indexer's weights_proj (64 × 4096 bf16) as far as a superchunk per warp allows.
+        assert_eq!(k_splits(32, 4096, 64, 1, 1, 396), 8);
+        assert_eq!(k_splits(64, 4096, 64, 1, 1, 396), 6);
+        assert_eq!(k_splits(256, 8192, 64, 1, 1, 396), 3);
+        assert_eq!(k_splits(4, 4096, 32, 1, 1, 396), 16);
+        // More tokens than one group, or a short K (one superchunk per warp): no split.
+        assert_eq!(k_splits(32, 4096, 64, 100, 8, 396), 1);
+        assert_eq!(k_splits(32, 512, 64, 1, 1, 396), 1);
+    }
 }

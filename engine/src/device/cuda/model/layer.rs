@@ -13,6 +13,7 @@ use super::super::state::StepBufs;
 use super::super::timer::StageTimer;
 use super::super::weights::GMoe;
 use super::{GpuModel, Shape};
+use amdahl_kernels::mhc as km;
 
 impl GpuModel {
     pub(super) fn layer(
@@ -51,6 +52,7 @@ impl GpuModel {
             lw.attn_norm.ptr(),
             bf.mix.ptr(),
             bf.mixp.ptr(),
+            if l > 0 { km::post_parts(d) } else { 0 },
             0,
             bf.u_bf.ptr(),
             t,
@@ -347,6 +349,7 @@ impl GpuModel {
             hc,
             d,
             t,
+            Some((lw.hc_ffn.fn_w.ptr(), bf.mixp.ptr())),
         )?);
         tm.count(k::hc_pre(
             g,
@@ -364,6 +367,7 @@ impl GpuModel {
             lw.ffn_norm.ptr(),
             bf.mix.ptr(),
             bf.mixp.ptr(),
+            km::post_parts(d),
             bf.u_f32.ptr(),
             bf.u_bf.ptr(),
             t,
@@ -373,6 +377,9 @@ impl GpuModel {
         self.moe(l, shape, cap, tm)?;
 
         tm.mark(g, Stage::Mhc, cap)?;
+        // The next layer's attention site mixes from the partials this post-mix leaves.
+        let next = (l + 1 < c.num_layers)
+            .then(|| (self.w.layers[l + 1].hc_attn.fn_w.ptr(), bf.mixp.ptr()));
         tm.count(k::hc_post(
             g,
             bf.x.ptr(),
@@ -381,6 +388,7 @@ impl GpuModel {
             hc,
             d,
             t,
+            next,
         )?);
         Ok(())
     }

@@ -64,8 +64,14 @@ fn linear_of(fmt: &str, w: &[f32], n: usize, kk: usize) -> Linear {
 fn linears_in_every_format_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng::new(1);
-    // (rows, cols): a routed expert's up projection, V4-Flash wq_b, and an odd tail shape.
-    for (n, kk) in [(2048usize, 4096usize), (4096, 1024), (200, 136)] {
+    // (rows, cols): a routed expert's up projection (K split in 2 at decode on 132 SMs),
+    // V4-Flash wq_b, wkv (K split in 8, fp8) and an odd tail shape.
+    for (n, kk) in [
+        (2048usize, 4096usize),
+        (4096, 1024),
+        (512, 4096),
+        (200, 136),
+    ] {
         let w = randn(&mut rng, n * kk, 0.02);
         // The tiled FP4 formats are what upload makes of nvfp4 / mxfp4 at tileable shapes.
         for fmt in amdahl_kernels::LINEAR_FORMATS

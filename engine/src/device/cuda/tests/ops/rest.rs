@@ -54,6 +54,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         nb.ptr(),
         mixb.ptr(),
         parts.ptr(),
+        0,
         uf.ptr(),
         ub.ptr(),
         t,
@@ -73,11 +74,62 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             "token {ti}: post {e1:.2e}, comb {e2:.2e}"
         );
     }
-    k::hc_post(&g, xb.ptr(), yb.ptr(), mixb.ptr(), hc, d, t).unwrap();
+    // The post-mix also leaves the next site's mixing partials (here the same site's weights);
+    // the pre-mix from them must match the CPU pre-mix of the updated streams.
+    let poison_parts = super::poisoned(
+        &g,
+        t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * 4,
+    );
+    k::hc_post(
+        &g,
+        xb.ptr(),
+        yb.ptr(),
+        mixb.ptr(),
+        hc,
+        d,
+        t,
+        Some((gh.fn_w.ptr(), poison_parts.ptr())),
+    )
+    .unwrap();
     let got_x: Vec<f32> = g.read(&xb, 0, t * hc * d).unwrap();
     let e = rel_l2(&got_x, &xp.data);
     println!("hc_post: rel l2 {e:.2e}");
     assert!(e <= 1e-4, "hc_post: {e:.3e}");
+    let (cmix2, mut u2) = site.pre(&xp);
+    rms_norm_rows(&mut u2.data, &norm_w, 1e-6);
+    k::hc_pre(
+        &g,
+        xb.ptr(),
+        (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
+        hc,
+        d,
+        20,
+        1e-6,
+        1e-6,
+        nb.ptr(),
+        mixb.ptr(),
+        poison_parts.ptr(),
+        amdahl_kernels::mhc::post_parts(d),
+        uf.ptr(),
+        ub.ptr(),
+        t,
+    )
+    .unwrap();
+    let got_ub: Vec<u16> = g.read(&ub, 0, t * d).unwrap();
+    let got_u2: Vec<f32> = got_ub
+        .iter()
+        .map(|&b| f32::from_bits((b as u32) << 16))
+        .collect();
+    let e = rel_l2(&got_u2, &u2.data);
+    println!("hc_post partials → hc_pre (bf16 out): rel l2 {e:.2e}");
+    assert!(e <= 4e-3, "hc_pre from post partials, bf16: {e:.3e}");
+    let got_u2f: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
+    let e = rel_l2(&got_u2f, &u2.data);
+    println!("hc_post partials → hc_pre (f32 out): rel l2 {e:.2e}");
+    assert!(e <= 1e-4, "hc_pre from post partials: {e:.3e}");
+    let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
+    let e = rel_l2(&got_mix[..4], &cmix2.post[..4]);
+    assert!(e <= 1e-4, "post from post partials: {e:.2e}");
 
     // The hyper-head collapse of selected rows, then the output norm, as bf16.
     let head = HyperHead {
