@@ -105,7 +105,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, in
 
 // Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
 // order, slot_of[a] = the position of assignment a, and the active experts act_list = [count,
-// ids ascending...] the expert kernels iterate over. One block; deterministic.
+// ids ascending...] the expert kernels iterate over. One block of >= E threads; deterministic.
 extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
     int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
@@ -117,17 +117,21 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     __syncthreads();
     for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
     __syncthreads();
+    // Offsets and the active list by two block scans (thread e holds expert e; blockDim >= E),
+    // instead of one thread walking the experts.
+    __shared__ int scan[33];
+    const int c = threadIdx.x < E ? cnt[threadIdx.x] : 0;
+    int total, n_act;
+    const int off = block_exclusive_scan(c, scan, &total);
+    const int ai = block_exclusive_scan(c > 0 ? 1 : 0, scan, &n_act);
+    if (threadIdx.x < E) {
+        cnt[threadIdx.x] = off;
+        offsets[threadIdx.x] = off;
+        if (c > 0) act_list[1 + ai] = threadIdx.x;
+    }
     if (threadIdx.x == 0) {
-        int acc = 0, na = 0;
-        for (int e = 0; e < E; e++) {
-            int c = cnt[e];
-            cnt[e] = acc;
-            offsets[e] = acc;
-            acc += c;
-            if (c > 0) act_list[1 + na++] = e;
-        }
-        offsets[E] = acc;
-        act_list[0] = na;
+        offsets[E] = total;
+        act_list[0] = n_act;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
