@@ -544,32 +544,45 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
 }
 
 // Merges the splits of each head with the sink in the denominator, rotates the rope dims back by
-// the query position, writes bf16 [T, H·d]. Block (head, row), one thread per channel pair.
+// the query position, writes bf16 [T, H·d]. Block (head, row), one thread per channel pair. The
+// splits' weights exp(m_s − M) are formed once into shared memory (splits <= ATT_MAX_SPLITS,
+// checked at launch), so the channel loop is independent loads; an empty split (m_s = −inf,
+// output never written) is masked by select, not skipped, so its loads can be issued early.
+#define ATT_MAX_SPLITS 256
 extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const float* __restrict__ o_part, const float* __restrict__ ml_part,
     const float* __restrict__ sinks, int H, int d, int splits, const int* __restrict__ row_pos,
     const float* __restrict__ inv_freq, int rd, float rope_scale, u16* __restrict__ out) {
+    __shared__ float sw[ATT_MAX_SPLITS];
+    __shared__ float scratch[33];
     const int h = blockIdx.x, t = blockIdx.y;
     const int pos = row_pos[t];
     const int pairs = d / 2;
-    float M = sinks[h];
-#pragma unroll 4
-    for (int s = 0; s < splits; s++) M = fmaxf(M, ml_part[(((i64)t * splits + s) * H + h) * 2]);
+    const float sink = sinks[h];
+    float mx = NEG_INF;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x)
+        mx = fmaxf(mx, ml_part[(((i64)t * splits + s) * H + h) * 2]);
+    const float M = fmaxf(sink, block_max(mx, scratch));
+    float lsum = 0.f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        const i64 base = ((i64)t * splits + s) * H + h;
+        const float ms = ml_part[base * 2];
+        const float e = ms == NEG_INF ? 0.f : expf(ms - M);
+        sw[s] = e;
+        if (e != 0.f) lsum += ml_part[base * 2 + 1] * e;
+    }
+    const float inv = 1.f / (expf(sink - M) + block_sum(lsum, scratch));
     for (int c2 = threadIdx.x; c2 < pairs; c2 += blockDim.x) {
-        float den = expf(sinks[h] - M), v0 = 0.f, v1 = 0.f;
-#pragma unroll 4
+        float v0 = 0.f, v1 = 0.f;
+#pragma unroll 8
         for (int s = 0; s < splits; s++) {
-            const i64 base = ((i64)t * splits + s) * H + h;
-            const float ms = ml_part[base * 2];
-            if (ms == NEG_INF) continue;
-            const float e = expf(ms - M);
-            den += ml_part[base * 2 + 1] * e;
-            const float2 o = reinterpret_cast<const float2*>(o_part + base * d)[c2];
-            v0 += o.x * e;
-            v1 += o.y * e;
+            const float e = sw[s];
+            const float2 o = reinterpret_cast<const float2*>(o_part + (((i64)t * splits + s) * H + h) * d)[c2];
+            v0 += e != 0.f ? o.x * e : 0.f;
+            v1 += e != 0.f ? o.y * e : 0.f;
         }
-        v0 /= den;
-        v1 /= den;
+        v0 *= inv;
+        v1 *= inv;
         const int c0 = 2 * c2;
         if (c0 >= d - rd) {
             int pi = (c0 - (d - rd)) / 2;

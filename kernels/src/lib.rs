@@ -144,10 +144,11 @@ pub mod mhc {
     pub const MIX_STRIDE: usize = 25;
     /// Threads of an `hc_pre` block (`PRE_THREADS` in mhc.cu).
     pub const PRE_THREADS: usize = 1024;
-    /// Blocks per token of `hc_post` (32 columns each, `POST_COLS` in mhc.cu), and so the
-    /// partials it leaves for the next `hc_pre`.
+    /// Columns per `hc_post` block when it leaves mixing partials.
+    pub const POST_COLS: usize = 32;
+    /// Blocks per token of `hc_post`, and so the partials it leaves for the next `hc_pre`.
     pub fn post_parts(d: usize) -> usize {
-        d.div_ceil(32).clamp(1, MIX_PARTS)
+        d.div_ceil(POST_COLS).clamp(1, MIX_PARTS)
     }
 }
 
@@ -180,6 +181,8 @@ pub mod attention {
     pub const THREADS: usize = 512;
     pub const MAX_HEAD_DIM: usize = 512;
     pub const ROW_PAD: usize = 8;
+    /// Most splits `sparse_attn_combine` merges (its shared weights).
+    pub const MAX_SPLITS: usize = 256;
     /// KV tiles in flight per block and the padded score-row length (floats).
     pub const KV_BUFFERS: usize = 2;
     pub const SCORE_LD: usize = 40;
@@ -318,6 +321,14 @@ mod tests {
                 "#define IDX_MAXH",
                 attention::INDEXER_MAX_HEADS,
             ),
+            (
+                ATTENTION.source,
+                "#define ATT_MAX_SPLITS",
+                attention::MAX_SPLITS,
+            ),
+            (MHC.source, "#define MIX_PARTS", mhc::MIX_PARTS),
+            (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
+            (MHC.source, "#define POST_COLS", mhc::POST_COLS),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),
             (MOE.source, "#define ROUTE_MAXK", moe::MAX_TOP_K),
             (SAMPLE.source, "#define MAX_BANNED", sample::MAX_BANNED),

@@ -58,6 +58,7 @@ pub fn attn_splits(
     let groups = cfg.num_heads.div_ceil(ka::HEADS_PER_BLOCK);
     let want = sms.div_ceil((t * groups).max(1));
     want.clamp(1, cand.div_ceil(ka::TILE_ROWS).max(1))
+        .min(ka::MAX_SPLITS)
 }
 
 /// Rows per split for `splits` splits (a multiple of the tile).
