@@ -103,6 +103,31 @@ pub fn warp_entry(kind: &str, format: &str) -> String {
     format!("{kind}_w_{format}")
 }
 
+/// Formats of the streamed decode kernels (`stream_*`, sm_90+): the row-major 2- and 1-byte
+/// formats and the tiled FP4 ones.
+pub const STREAM_FORMATS: [&str; 7] = [
+    "bf16",
+    "f16",
+    "fp8b_e8m0",
+    "fp8b_f32",
+    "fp8t",
+    "nvfp4t",
+    "mxfp4t",
+];
+
+/// Token tiles of the streamed dense linear.
+pub const STREAM_TILES: [usize; 2] = [1, 2];
+
+/// A streamed decode kernel: `stream_up_{format}`, `stream_down_{format}`.
+pub fn stream_entry(kind: &str, format: &str) -> String {
+    format!("stream_{kind}_{format}")
+}
+
+/// The streamed dense linear for `tiles` token groups.
+pub fn stream_linear_entry(format: &str, tiles: usize) -> String {
+    format!("stream_linear_{format}_nt{tiles}")
+}
+
 /// Every macro-generated linear entry name (`linear_*`, `moe_up_*`, `moe_down_*`, their warp
 /// variants, `linear_f32x_*`).
 pub fn linear_entries() -> Vec<String> {
@@ -118,7 +143,34 @@ pub fn linear_entries() -> Vec<String> {
         }
         v.push(format!("linear_f32x_{f}"));
     }
+    for f in STREAM_FORMATS {
+        for nt in STREAM_TILES {
+            v.push(stream_linear_entry(f, nt));
+        }
+        for kind in ["up", "down"] {
+            v.push(stream_entry(kind, f));
+        }
+    }
     v
+}
+
+/// Layout facts of the linear kernels the launchers share.
+pub mod linear {
+    /// Split-K workspace: tile arrival counters, and f32 partials.
+    pub const SPLIT_TILES: usize = 4096;
+    pub const SPLIT_PARTS: usize = 1 << 20;
+    /// Warps of a streamed-kernel block, each with its own ring.
+    pub const STREAM_WARPS: usize = 8;
+    /// Shared-memory bytes of one stage of one matrix (`Stream<FMT>::BYTES`): 4 KiB of tiled
+    /// FP4 codes and their scale bytes (NVFP4T 512, MXFP4T 256), or 16 row-major rows of 256 B
+    /// at a 320-byte stride.
+    pub fn stream_stage_bytes(format: &str) -> usize {
+        match format {
+            "nvfp4t" => 4096 + 512,
+            "mxfp4t" => 4096 + 256,
+            _ => 16 * 320,
+        }
+    }
 }
 
 pub mod mhc {
@@ -292,9 +344,27 @@ mod tests {
             assert!(src.contains(&format!("{kind}_w_##NAME(")));
         }
         assert!(src.contains("    WARP_ENTRY(NAME, FMT)"));
+        for f in STREAM_FORMATS {
+            let fmt = LINEAR_FORMATS.iter().position(|x| x == &f).unwrap();
+            let def = src
+                .lines()
+                .find(|l| l.starts_with(&format!("STREAM_ENTRY({f},")))
+                .unwrap_or_else(|| panic!("linear.cu has no STREAM_ENTRY({f}, …)"));
+            let name = def.split(',').nth(1).unwrap().trim().trim_end_matches(')');
+            assert!(full.contains(&format!("#define {name} {fmt}")));
+        }
+        for kind in [
+            "stream_linear_##NAME##_nt1(",
+            "stream_linear_##NAME##_nt2(",
+            "stream_up_##NAME(",
+            "stream_down_##NAME(",
+        ] {
+            assert!(src.contains(kind), "{kind}");
+        }
         assert_eq!(
             linear_entries().len(),
             LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
+                + STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
         );
     }
 
@@ -327,6 +397,9 @@ mod tests {
                 attention::MAX_SPLITS,
             ),
             (MHC.source, "#define MIX_PARTS", mhc::MIX_PARTS),
+            (LINEAR.source, "#define SPLIT_TILES", linear::SPLIT_TILES),
+            (LINEAR.source, "#define SPLIT_PARTS", linear::SPLIT_PARTS),
+            (LINEAR.source, "#define STREAM_WARPS", linear::STREAM_WARPS),
             (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
             (MHC.source, "#define POST_COLS", mhc::POST_COLS),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),

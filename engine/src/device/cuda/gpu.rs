@@ -197,8 +197,8 @@ pub struct Gpu {
 }
 
 /// Bytes of split-K partial tiles, and tile counters, in [`Gpu::split_ws`].
-pub const SPLIT_PARTIAL_BYTES: usize = 4 << 20;
-pub const SPLIT_COUNTERS: usize = 4096;
+pub const SPLIT_PARTIAL_BYTES: usize = amdahl_kernels::linear::SPLIT_PARTS * 4;
+pub const SPLIT_COUNTERS: usize = amdahl_kernels::linear::SPLIT_TILES;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -10,6 +10,7 @@ use super::gpu::{Args, Gpu, Launch};
 use super::weights::GLinear;
 
 pub(crate) mod moe;
+pub mod stream;
 pub use moe::{
     MoePlan, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_up, plan_identity,
 };
@@ -44,6 +45,31 @@ pub fn linear(
     out_bf16: bool,
 ) -> Result<u64> {
     let nt = tiles_for(m);
+    if stream::dense_streams(w.fmt, nt, w.fmt.bytes(w.rows, w.cols) * w.experts.max(1))
+        && let Some(st) = stream::stream_for(gpu, w, 1)
+    {
+        let (ws, cnt) = gpu.split_ws();
+        let l = Launch::new((st.blocks_per_sm * gpu.info.sms, 1, 1), 256, st.smem);
+        gpu.launch_named(
+            &amdahl_kernels::stream_linear_entry(w.fmt.name(), nt),
+            l,
+            Args::new()
+                .raw(&w.desc().as_bytes())
+                .ptr(x)
+                .usize(ldx)
+                .ptr(y)
+                .usize(ldy)
+                .usize(m)
+                .usize(w.rows)
+                .usize(w.cols)
+                .usize(w.experts)
+                .i32(out_bf16 as i32)
+                .usize(st.stages)
+                .ptr(ws)
+                .ptr(cnt),
+        )?;
+        return Ok(l.blocks());
+    }
     let name = linear_entry("linear", w.fmt.name(), nt);
     let tiles = w.rows.div_ceil(16);
     let slots = lin_blocks_per_sm(w.fmt, nt) * gpu.info.sms;

@@ -1,5 +1,5 @@
-//! Launchers of the MoE kernels: routing, the plan, the grouped expert projections (block and
-//! warp variants, chosen per step size) and the combine.
+//! Launchers of the MoE kernels: routing, the plan, the grouped expert projections (streamed,
+//! warp and block variants, chosen per step size) and the combine.
 
 use amdahl_kernels::{linear_entry, moe as kmoe, warp_entry};
 
@@ -7,7 +7,7 @@ use crate::error::Result;
 
 use super::super::gpu::{Args, Gpu, Launch};
 use super::super::weights::GLinear;
-use super::{lin_smem, tiles_for};
+use super::{lin_smem, stream, tiles_for};
 
 /// Token tiles of the block expert kernels: with many experts each gets a few tokens, so one
 /// tile (looping for the rare busy expert) keeps registers low; prefill uses four; a single
@@ -22,37 +22,66 @@ fn moe_tiles(tokens: usize, slots: usize) -> usize {
     }
 }
 
-/// Forced expert-kernel variant: 0 = by size, 1 = warp, 2 = block. Starts from
-/// `AMDAHL_MOE_KERNEL=warp|block` (for measurements); tests set it with [`force_moe_kernel`].
-static MOE_FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
-
-/// Forces the warp (`Some(true)`) or block (`Some(false)`) expert kernels, or the size rule.
-pub fn force_moe_kernel(v: Option<bool>) {
-    let code = match v {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    MOE_FORCE.store(code, std::sync::atomic::Ordering::Relaxed);
+/// The expert-kernel variants: streamed through shared-memory rings (decode, sm_90+), one warp
+/// per 16-row tile, or blocks of 8 warps splitting K (prefill).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeKernel {
+    Stream,
+    Warp,
+    Block,
 }
 
-/// Which expert kernels a launch uses: the warp-per-tile variant for decode-sized steps over
-/// many experts, the block variant (8 warps split K) otherwise.
-fn moe_warp(tokens: usize, slots: usize, w: &GLinear) -> bool {
+/// Forced expert-kernel variant: 0 = by size, else 1 + the variant. Starts from
+/// `AMDAHL_MOE_KERNEL=stream|warp|block` (for measurements); tests set it with
+/// [`force_moe_kernel`].
+static MOE_FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+/// Forces an expert-kernel variant (where it applies), or (`None`) the size rule.
+pub fn force_moe_kernel(v: Option<MoeKernel>) {
+    MOE_FORCE.store(
+        v.map_or(0, |k| 1 + k as u8),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+fn forced() -> Option<MoeKernel> {
     use std::sync::atomic::Ordering;
     if MOE_FORCE.load(Ordering::Relaxed) == u8::MAX {
         force_moe_kernel(match std::env::var("AMDAHL_MOE_KERNEL").as_deref() {
-            Ok("warp") => Some(true),
-            Ok("block") => Some(false),
+            Ok("stream") => Some(MoeKernel::Stream),
+            Ok("warp") => Some(MoeKernel::Warp),
+            Ok("block") => Some(MoeKernel::Block),
             _ => None,
         });
     }
+    match MOE_FORCE.load(Ordering::Relaxed) {
+        1 => Some(MoeKernel::Stream),
+        2 => Some(MoeKernel::Warp),
+        3 => Some(MoeKernel::Block),
+        _ => None,
+    }
+}
+
+/// Which expert kernels a launch uses: the warp variant for decode steps over many experts, the
+/// block variant otherwise. The streamed variant only when forced (up to 64 tokens; the shared
+/// expert up to 8, beyond which it would re-read the weights per 8 tokens): on the H200 it is
+/// slower than these at batch 1, 16 and 64 (docs/PERF.md). A forced variant that does not apply
+/// falls back to the size rule.
+fn moe_kernel(plan: MoePlan, w: &GLinear, stream: bool) -> MoeKernel {
     let v = w.fmt.per_load();
-    let fits = w.cols.is_multiple_of(32 * v) && slots > 1;
-    fits && match MOE_FORCE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => (2..=64).contains(&tokens),
+    let warp_fits = w.cols.is_multiple_of(32 * v) && plan.slots > 1;
+    let by_size = if warp_fits && (2..=64).contains(&plan.tokens) {
+        MoeKernel::Warp
+    } else {
+        MoeKernel::Block
+    };
+    match forced() {
+        Some(MoeKernel::Stream) if stream && plan.tokens <= if plan.slots > 1 { 64 } else { 8 } => {
+            MoeKernel::Stream
+        }
+        Some(MoeKernel::Warp) if warp_fits => MoeKernel::Warp,
+        Some(MoeKernel::Block) => MoeKernel::Block,
+        _ => by_size,
     }
 }
 
@@ -61,30 +90,39 @@ fn warp_grid(gpu: &Gpu) -> usize {
     2 * gpu.info.sms.max(1)
 }
 
-/// The entry and geometry of a grouped expert launch of `kind` (`moe_up` reduces `matrices`
-/// accumulators per block in the block variant).
+/// The entry and geometry of a grouped expert launch of `kind` (`up` reads `matrices` = 2
+/// weights per tile), and the streamed kernels' ring depth if they run.
 fn expert_launch(
     gpu: &Gpu,
     kind: &str,
     w: &GLinear,
     plan: MoePlan,
     matrices: usize,
-) -> (String, Launch) {
-    if moe_warp(plan.tokens, plan.slots, w) {
-        (
-            warp_entry(kind, w.fmt.name()),
+) -> (String, Launch, Option<usize>) {
+    let st = stream::stream_for(gpu, w, matrices);
+    match (moe_kernel(plan, w, st.is_some()), st) {
+        (MoeKernel::Stream, Some(st)) => (
+            amdahl_kernels::stream_entry(kind, w.fmt.name()),
+            Launch::new((st.blocks_per_sm * gpu.info.sms, 1, 1), 256, st.smem),
+            Some(st.stages),
+        ),
+        (MoeKernel::Warp, _) => (
+            warp_entry(&format!("moe_{kind}"), w.fmt.name()),
             Launch::new((warp_grid(gpu), 1, 1), 256, 0),
-        )
-    } else {
-        let nt = moe_tiles(plan.tokens, plan.slots);
-        (
-            linear_entry(kind, w.fmt.name(), nt),
-            Launch::new(
-                (w.rows.div_ceil(16), plan.slots, 1),
-                256,
-                matrices * lin_smem(nt),
-            ),
-        )
+            None,
+        ),
+        _ => {
+            let nt = moe_tiles(plan.tokens, plan.slots);
+            (
+                linear_entry(&format!("moe_{kind}"), w.fmt.name(), nt),
+                Launch::new(
+                    (w.rows.div_ceil(16), plan.slots, 1),
+                    256,
+                    matrices * lin_smem(nt),
+                ),
+                None,
+            )
+        }
     }
 }
 
@@ -112,43 +150,48 @@ pub fn moe_up(
     act: u64,
     limit: f32,
 ) -> Result<u64> {
-    let (name, l) = expert_launch(gpu, "moe_up", w1, plan, 2);
-    gpu.launch_named(
-        &name,
-        l,
-        Args::new()
-            .raw(&w1.desc().as_bytes())
-            .raw(&w3.desc().as_bytes())
-            .ptr(x)
-            .usize(ldx)
-            .ptr(plan.offsets)
-            .ptr(tok_of)
-            .ptr(plan.act_list)
-            .ptr(act)
-            .usize(w1.rows)
-            .usize(w1.cols)
-            .f32(limit),
-    )?;
+    let (name, l, stages) = expert_launch(gpu, "up", w1, plan, 2);
+    let mut args = Args::new();
+    args.raw(&w1.desc().as_bytes())
+        .raw(&w3.desc().as_bytes())
+        .ptr(x)
+        .usize(ldx)
+        .ptr(plan.offsets)
+        .ptr(tok_of)
+        .ptr(plan.act_list)
+        .ptr(act)
+        .usize(w1.rows)
+        .usize(w1.cols)
+        .f32(limit);
+    stream_args(gpu, &mut args, plan, stages);
+    gpu.launch_named(&name, l, &mut args)?;
     Ok(l.blocks())
 }
 
 /// Grouped down projection, rows scaled by their routing weight.
 pub fn moe_down(gpu: &Gpu, w2: &GLinear, act: u64, plan: MoePlan, wt: u64, y: u64) -> Result<u64> {
-    let (name, l) = expert_launch(gpu, "moe_down", w2, plan, 1);
-    gpu.launch_named(
-        &name,
-        l,
-        Args::new()
-            .raw(&w2.desc().as_bytes())
-            .ptr(act)
-            .ptr(plan.offsets)
-            .ptr(wt)
-            .ptr(plan.act_list)
-            .ptr(y)
-            .usize(w2.rows)
-            .usize(w2.cols),
-    )?;
+    let (name, l, stages) = expert_launch(gpu, "down", w2, plan, 1);
+    let mut args = Args::new();
+    args.raw(&w2.desc().as_bytes())
+        .ptr(act)
+        .ptr(plan.offsets)
+        .ptr(wt)
+        .ptr(plan.act_list)
+        .ptr(y)
+        .usize(w2.rows)
+        .usize(w2.cols);
+    stream_args(gpu, &mut args, plan, stages);
+    gpu.launch_named(&name, l, &mut args)?;
     Ok(l.blocks())
+}
+
+/// The streamed expert kernels' trailing arguments: the step's tokens (K splits only when one
+/// token group holds them all), ring depth, split workspace.
+fn stream_args(gpu: &Gpu, args: &mut Args, plan: MoePlan, stages: Option<usize>) {
+    if let Some(stages) = stages {
+        let (ws, cnt) = gpu.split_ws();
+        args.usize(plan.tokens).usize(stages).ptr(ws).ptr(cnt);
+    }
 }
 
 /// Router outputs and plan buffers of one MoE layer.

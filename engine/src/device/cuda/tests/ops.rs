@@ -95,16 +95,31 @@ fn linears_in_every_format_match_the_cpu() {
                     "{fmt} {n}x{kk} not tiled"
                 );
             }
-            for m in [1usize, 5, 16, 33, 64, 100] {
+            // Decode sizes through the streamed kernels (where they apply) and without.
+            for (m, stream) in [
+                (1usize, true),
+                (1, false),
+                (5, true),
+                (16, true),
+                (16, false),
+                (33, true),
+                (64, true),
+                (100, true),
+            ] {
+                k::stream::force_stream(Some(stream));
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
                 let xb = g.upload(&to_bf16_bits(&x)).unwrap();
                 let y = poisoned(&g, m * n * 4);
                 k::linear(&g, &gl, xb.ptr(), kk, y.ptr(), n, m, false).unwrap();
+                k::stream::force_stream(None);
                 let got: Vec<f32> = g.read(&y, 0, m * n).unwrap();
                 let e = rel_l2(&got, &want.data);
-                println!("linear {fmt} {n}x{kk} m={m}: rel l2 {e:.2e}");
-                assert!(e <= TOL, "linear {fmt} {n}x{kk} m={m}: {e:.3e}");
+                println!("linear {fmt} {n}x{kk} m={m} stream={stream}: rel l2 {e:.2e}");
+                assert!(
+                    e <= TOL,
+                    "linear {fmt} {n}x{kk} m={m} stream={stream}: {e:.3e}"
+                );
             }
         }
     }

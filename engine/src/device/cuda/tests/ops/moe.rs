@@ -73,13 +73,21 @@ fn moe_matches_the_cpu_at_v4_widths() {
         if fmt.ends_with("fp4") && crate::device::cuda::weights::Fmt::Nvfp4.tiled().is_some() {
             assert_eq!(stored, format!("{fmt}t"));
         }
-        // Both expert-kernel variants at decode sizes (the size rule picks warp for 16 and 64).
+        // Every expert-kernel variant at decode sizes (streamed on sm_90+ with K split while one
+        // token group holds the step: 1 and 5 tokens; the shared expert streams up to 8).
+        use crate::device::cuda::launch::moe::MoeKernel::{Block, Stream, Warp};
         for (t, force) in [
             (1usize, None),
+            (1, Some(Stream)),
+            (5, Some(Stream)),
+            (16, Some(Stream)),
+            (64, Some(Stream)),
             (16, None),
-            (16, Some(false)),
+            (16, Some(Warp)),
+            (16, Some(Block)),
             (64, None),
-            (64, Some(false)),
+            (64, Some(Warp)),
+            (64, Some(Block)),
         ] {
             crate::device::cuda::launch::moe::force_moe_kernel(force);
             let x = bf16_round(&randn(&mut rng, t * d, 1.0));
