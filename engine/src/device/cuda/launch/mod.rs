@@ -137,11 +137,20 @@ fn lin_blocks_per_sm(fmt: super::weights::Fmt, nt: usize) -> usize {
     }
 }
 
-/// f32-input linear (router): y [m, N] f32.
+/// f32-input linear (router): y [m, N] f32. Blocks of 32 rows × 16 tokens, K split (in
+/// 256-column chunks) until the GPU holds about two blocks per SM, within the split workspace.
 pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize) -> Result<u64> {
     let name = format!("linear_f32x_{}", w.fmt.name());
-    let warps = m * w.rows;
-    let l = Launch::new((warps.div_ceil(8), 1, 1), 256, 0);
+    if !w.cols.is_multiple_of(8) || !ldx.is_multiple_of(4) {
+        return Err(EngineError::Device(format!(
+            "router linear {}: K = {} and ldx = {ldx} must be multiples of 8 and 4",
+            w.rows, w.cols
+        )));
+    }
+    let tiles = w.rows.div_ceil(32) * m.div_ceil(16);
+    let splits = f32x_splits(tiles, w.cols.div_ceil(256), gpu.info.sms);
+    let (ws, cnt) = gpu.split_ws();
+    let l = Launch::new((w.rows.div_ceil(32), splits, m.div_ceil(16)), 256, 0);
     gpu.launch_named(
         &name,
         l,
@@ -152,9 +161,52 @@ pub fn linear_f32x(gpu: &Gpu, w: &GLinear, x: u64, ldx: usize, y: u64, m: usize)
             .ptr(y)
             .usize(m)
             .usize(w.rows)
-            .usize(w.cols),
+            .usize(w.cols)
+            .ptr(ws)
+            .ptr(cnt),
     )?;
     Ok(l.blocks())
+}
+
+/// K splits of the router linear: enough for ~2 blocks per SM over `tiles` (32 × 16) output
+/// tiles, at most one per 256-column chunk, within the split workspace (512 partials per tile
+/// and split; one counter per tile).
+fn f32x_splits(tiles: usize, chunks: usize, sms: usize) -> usize {
+    use amdahl_kernels::linear::{SPLIT_PARTS, SPLIT_TILES};
+    if tiles > SPLIT_TILES {
+        return 1;
+    }
+    let want = (2 * sms)
+        .div_ceil(tiles)
+        .min(chunks)
+        .min(SPLIT_PARTS / (512 * tiles))
+        .max(1);
+    // Every split gets chunks: as many as the kernel's `per` (chunks per split) leaves non-empty.
+    chunks.div_ceil(chunks.div_ceil(want)).max(1)
+}
+
+#[cfg(test)]
+mod f32x_tests {
+    use super::f32x_splits;
+
+    #[test]
+    fn router_splits_fill_the_gpu_without_empty_splits() {
+        // V4-Flash router (256 × 4096: 8 row tiles, 16 chunks) on 132 SMs.
+        assert_eq!(f32x_splits(8, 16, 132), 16); // 1 or 16 tokens: 128 blocks
+        assert_eq!(f32x_splits(32, 16, 132), 8); // 64 tokens: 9 wanted, 2 chunks each → 8
+        assert_eq!(f32x_splits(1024, 16, 132), 1); // a 2048-token prefill chunk
+        assert_eq!(f32x_splits(3, 4, 132), 4); // never more splits than chunks
+        assert_eq!(f32x_splits(5000, 16, 132), 1); // more tiles than counters
+        for tiles in 1..300 {
+            let s = f32x_splits(tiles, 16, 132);
+            let per = 16usize.div_ceil(s);
+            assert!(
+                (s - 1) * per < 16,
+                "tiles {tiles}: split {s} would be empty"
+            );
+            assert!(s * tiles * 512 <= amdahl_kernels::linear::SPLIT_PARTS);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -205,20 +205,39 @@ fn linear_with_strides_and_bf16_output() {
 fn router_linear_takes_f32_inputs() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng::new(3);
-    let (n, kk, m) = (256usize, 4096usize, 16usize);
-    let w = randn(&mut rng, n * kk, 0.02);
-    let x = randn(&mut rng, m * kk, 1.0);
-    for fmt in ["bf16", "f32"] {
-        let lin = linear_of(fmt, &w, n, kk);
-        let gl = crate::device::cuda::weights::GLinear::upload(&g, "gate", &[&lin]).unwrap();
-        let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
-        let xb = g.upload(&x).unwrap();
-        let y = poisoned(&g, m * n * 4);
-        k::linear_f32x(&g, &gl, xb.ptr(), kk, y.ptr(), m).unwrap();
-        let got: Vec<f32> = g.read(&y, 0, m * n).unwrap();
-        let e = rel_l2(&got, &want.data);
-        println!("router {fmt}: rel l2 {e:.2e}");
-        assert!(e <= 1e-5, "router {fmt}: {e:.3e}");
+    // Decode sizes (split K over 16 chunks at 1 and 16 tokens, 8 at 64), a prefill-sized m
+    // (partial token tile), and a shape of partial row tiles and K chunks.
+    for (n, kk, m) in [
+        (256usize, 4096usize, 1usize),
+        (256, 4096, 16),
+        (256, 4096, 64),
+        (256, 4096, 300),
+        (72, 1000, 37),
+    ] {
+        let w = randn(&mut rng, n * kk, 0.02);
+        let x = randn(&mut rng, m * kk, 1.0);
+        for fmt in ["bf16", "f32"] {
+            let lin = linear_of(fmt, &w, n, kk);
+            let gl = crate::device::cuda::weights::GLinear::upload(&g, "gate", &[&lin]).unwrap();
+            let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
+            let xb = g.upload(&x).unwrap();
+            let y = poisoned(&g, m * n * 4);
+            k::linear_f32x(&g, &gl, xb.ptr(), kk, y.ptr(), m).unwrap();
+            let got: Vec<f32> = g.read(&y, 0, m * n).unwrap();
+            let e = rel_l2(&got, &want.data);
+            println!("router {fmt} {n}x{kk} m={m}: rel l2 {e:.2e}");
+            assert!(e <= 1e-5, "router {fmt} {n}x{kk} m={m}: {e:.3e}");
+            // The split counters were reset: a second launch gives the same bits.
+            let y2 = poisoned(&g, m * n * 4);
+            k::linear_f32x(&g, &gl, xb.ptr(), kk, y2.ptr(), m).unwrap();
+            let again: Vec<f32> = g.read(&y2, 0, m * n).unwrap();
+            assert!(
+                got.iter()
+                    .zip(&again)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "router {fmt} {n}x{kk} m={m}: not deterministic"
+            );
+        }
     }
 }
 
