@@ -1022,6 +1022,226 @@ STREAM_ENTRY(fp8t, FMT_FP8T)
 STREAM_ENTRY(nvfp4t, FMT_NVFP4T)
 STREAM_ENTRY(mxfp4t, FMT_MXFP4T)
 
+// ---- Tiled GEMM for many tokens (decode batches beyond 32, prefill chunks) ----------------------
+//
+// The kernels above give a block 16 weight rows and read x straight from L2 for each of them: at
+// 64 tokens the LM head re-reads x (512 KB) per 16 rows, 4 GB of L2 traffic for 1 GB of weights,
+// and prefill re-reads each weight tile once per 64-token group. Here a block owns a 128-row ×
+// BM-token output tile (BM = 16·WN: 64 or 128). K advances 64 columns a step through a ring of
+// GEMM_STAGES shared-memory stages filled by cp.async (the weight codes as stored, x as bf16; rows
+// past N or M zero-filled), so each weight byte is read once per BM tokens and each x element
+// once per 128 rows. 8 warps as 4 (rows) × 2 (tokens), each 32 rows × 8·WN tokens of m16n8k16
+// MMAs, the weight fragments decoded from shared memory as the decode kernels do (FP8 placed
+// into bf16 and scaled by the 128×128 block scale; the same k permutation: thread t takes 8
+// contiguous columns of each 32-column superchunk, for weights and x alike). K may be split
+// over gridDim.z (= matrices × splits) with the deterministic last-arrival sum in ws / cnt.
+// Formats: bf16 and FP8 (block E8M0 / f32 scales, per-tensor); K % 64 == 0, ldx % 8 == 0.
+#define GEMM_BN 128
+#define GEMM_BK 64
+#define GEMM_XLD 192                          // bytes per shared x row: 128 + 64, conflict-free
+#define GEMM_WLD(F) (IS_FP8(F) ? 96 : 192)    // bytes per shared weight row (64 or 128 + pad)
+#define GEMM_STAGES(F, WN) (IS_FP8(F) && (WN) == 4 ? 4 : 3)
+// Blocks per SM the registers must allow: two, but one where shared memory holds one (bf16, 128).
+#define GEMM_MIN_BLOCKS(F, WN) (!IS_FP8(F) && (WN) == 8 ? 1 : 2)
+
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    const u32 a = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const u32 a = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
+}
+
+template <int FMT, int WN>
+__device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy, int M,
+                            int N, int K, int out_bf16, int splits, float* __restrict__ ws,
+                            unsigned* __restrict__ cnt) {
+    constexpr int BM = 16 * WN, ST = GEMM_STAGES(FMT, WN), WLD = GEMM_WLD(FMT);
+    constexpr int BPE = IS_FP8(FMT) ? 1 : 2;
+    constexpr int WBYTES = GEMM_BN * WLD, SBYTES = WBYTES + BM * GEMM_XLD;
+    constexpr bool BLOCKSC = FMT == FMT_FP8B_E8M0 || FMT == FMT_FP8B_F32;
+    extern __shared__ __align__(16) u8 gsm[];
+    __shared__ u32 scl[ST][2];  // the stage's block scales of the tile's (at most 2) scale rows
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3, wr = warp & 3, wt = warp >> 2;
+    const int n0 = blockIdx.x * GEMM_BN, m0 = blockIdx.y * BM;
+    const int e = blockIdx.z / splits, sp = blockIdx.z % splits;
+    const int steps = K / GEMM_BK, per = (steps + splits - 1) / splits;
+    const int s_lo = sp * per, nsteps = max(0, min(steps, s_lo + per) - s_lo);
+    const u8* wbase = d.w + e * d.w_stride;
+    const u8* sbase = BLOCKSC ? d.s + e * d.s_stride : nullptr;
+    x += (i64)e * K;
+    const int srow0 = (n0 + d.row_phase) >> 7, srow_last = (N - 1 + d.row_phase) >> 7;
+
+    auto load = [&](int step, int slot) {
+        u8* wsm = gsm + slot * SBYTES;
+        u8* xsm = wsm + WBYTES;
+        const int k0 = step * GEMM_BK;
+        constexpr int WC = GEMM_BK * BPE / 16;  // 16-byte chunks per weight row
+#pragma unroll
+        for (int c = tid; c < GEMM_BN * WC; c += 256) {
+            const int r = c / WC, q = c % WC, n = n0 + r;
+            cp_async16_zfill(wsm + r * WLD + q * 16, wbase + ((i64)min(n, N - 1) * K + k0) * BPE + q * 16, n < N);
+        }
+#pragma unroll
+        for (int c = tid; c < BM * 8; c += 256) {
+            const int r = c >> 3, q = c & 7, m = m0 + r;
+            cp_async16_zfill(xsm + r * GEMM_XLD + q * 16, x + (i64)min(m, M - 1) * ldx + k0 + q * 8, m < M);
+        }
+        if (BLOCKSC && tid < 2) {
+            const i64 si = (i64)min(srow0 + tid, srow_last) * d.s_ld + (k0 >> 7);
+            // E8M0: the aligned word holding the byte (its place is found again at use).
+            const u8* src = FMT == FMT_FP8B_F32 ? sbase + si * 4 : (const u8*)((unsigned long long)(sbase + si) & ~3ull);
+            cp_async4(&scl[slot][tid], src);
+        }
+    };
+
+    float acc[2][WN][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < WN; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < nsteps) load(s_lo + i, i);
+        cp_async_commit();
+    }
+    for (int i = 0; i < nsteps; i++) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();  // stage i landed for all; stage i - 1's slot is free
+        if (i + ST - 1 < nsteps) load(s_lo + i + ST - 1, (i + ST - 1) % ST);
+        cp_async_commit();
+        const int slot = i % ST;
+        const u8* wsm = gsm + slot * SBYTES;
+        const u8* xsm = wsm + WBYTES;
+        u32 sc[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (FMT == FMT_FP8T) {
+                    sc[mt][h] = 0x71807180u;  // 2^100
+                } else if (BLOCKSC) {
+                    const int n = min(n0 + wr * 32 + mt * 16 + g + 8 * h, N - 1);
+                    const int q = ((n + d.row_phase) >> 7) - srow0;
+                    const u32 raw = scl[slot][q];
+                    if (FMT == FMT_FP8B_F32) {
+                        sc[mt][h] = bf2_bcast(f2bf(__uint_as_float(raw) * 1.2676506002282294e30f));
+                    } else {
+                        const i64 si = (i64)(srow0 + q) * d.s_ld + (((s_lo + i) * GEMM_BK) >> 7);
+                        const u32 b = (raw >> (8 * (u32)((unsigned long long)(sbase + si) & 3ull))) & 0xffu;
+                        sc[mt][h] = bf2_bcast((b + 100u) << 7);  // 2^(b-127) · 2^100
+                    }
+                } else {
+                    sc[mt][h] = 0;
+                }
+            }
+#pragma unroll
+        for (int kc = 0; kc < GEMM_BK / 32; kc++) {
+            u32 a[2][2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const u8* rp = wsm + (wr * 32 + mt * 16 + g + 8 * h) * WLD;
+                    if (BPE == 1) {
+                        const uint2 v = *reinterpret_cast<const uint2*>(rp + kc * 32 + 8 * t);
+                        u32 p2[2];
+                        fp8x4_to_bf16(v.x, p2);
+                        a[mt][h][0] = bf2_mul(p2[0], sc[mt][h]);
+                        a[mt][h][1] = bf2_mul(p2[1], sc[mt][h]);
+                        fp8x4_to_bf16(v.y, p2);
+                        a[mt][h][2] = bf2_mul(p2[0], sc[mt][h]);
+                        a[mt][h][3] = bf2_mul(p2[1], sc[mt][h]);
+                    } else {
+                        const uint4 v = *reinterpret_cast<const uint4*>(rp + kc * 64 + 16 * t);
+                        a[mt][h][0] = v.x; a[mt][h][1] = v.y; a[mt][h][2] = v.z; a[mt][h][3] = v.w;
+                    }
+                }
+#pragma unroll
+            for (int j = 0; j < WN; j++) {
+                const uint4 xv = *reinterpret_cast<const uint4*>(xsm + (wt * 8 * WN + j * 8 + g) * GEMM_XLD + kc * 64 + 16 * t);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const u32 f0[4] = {a[mt][0][0], a[mt][1][0], a[mt][0][1], a[mt][1][1]};
+                    mma_bf16(acc[mt][j], f0, xv.x, xv.y);
+                    const u32 f1[4] = {a[mt][0][2], a[mt][1][2], a[mt][0][3], a[mt][1][3]};
+                    mma_bf16(acc[mt][j], f1, xv.z, xv.w);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (splits > 1) {
+        const int tile = (e * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        float* mine = ws + ((i64)tile * splits + sp) * (GEMM_BN * BM);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < WN; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) mine[((mt * WN + j) * 4 + r) * 256 + tid] = acc[mt][j][r];
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) last = atomicAdd(&cnt[tile], 1u) == (unsigned)splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        // Split by split (in order), the tile's loads of one split all in flight together.
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < WN; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+        for (int q = 0; q < splits; q++) {
+            const float* part = ws + ((i64)tile * splits + q) * (GEMM_BN * BM) + tid;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int j = 0; j < WN; j++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) acc[mt][j][r] += __ldcg(part + ((mt * WN + j) * 4 + r) * 256);
+        }
+        if (tid == 0) cnt[tile] = 0;
+    }
+    const float post = post_scale<FMT>(d, e);
+    u16* yb = reinterpret_cast<u16*>(y) + (i64)e * N;
+    float* yf = reinterpret_cast<float*>(y) + (i64)e * N;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < WN; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int n = n0 + wr * 32 + mt * 16 + g + (r & 2 ? 8 : 0);
+                const int m = m0 + wt * 8 * WN + j * 8 + 2 * t + (r & 1);
+                if (n < N && m < M) {
+                    const float v = acc[mt][j][r] * post;
+                    if (out_bf16) yb[(i64)m * ldy + n] = f2bf(v);
+                    else yf[(i64)m * ldy + n] = v;
+                }
+            }
+}
+
+#define GEMM_ENTRY(NAME, FMT)                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 4)) gemm_##NAME##_m64(       \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, int splits, \
+        float* ws, unsigned* cnt) {                                                                      \
+        gemm_kernel<FMT, 4>(d, x, ldx, y, ldy, M, N, K, out_bf16, splits, ws, cnt);                      \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 8)) gemm_##NAME##_m128(      \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, int splits, \
+        float* ws, unsigned* cnt) {                                                                      \
+        gemm_kernel<FMT, 8>(d, x, ldx, y, ldy, M, N, K, out_bf16, splits, ws, cnt);                      \
+    }
+
+GEMM_ENTRY(bf16, FMT_BF16)
+GEMM_ENTRY(fp8b_e8m0, FMT_FP8B_E8M0)
+GEMM_ENTRY(fp8b_f32, FMT_FP8B_F32)
+GEMM_ENTRY(fp8t, FMT_FP8T)
+
 // f32-input linear for small, selection-sensitive projections (the MoE router). Block = 32 rows
 // (a lane per row) × 16 tokens; its 8 warps split each 256-wide K chunk (32 columns each), with
 // the chunk's x [16, 256] f32 staged in shared memory and read as broadcasts, so each weight is

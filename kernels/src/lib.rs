@@ -128,6 +128,17 @@ pub fn stream_linear_entry(format: &str, tiles: usize) -> String {
     format!("stream_linear_{format}_nt{tiles}")
 }
 
+/// Formats of the tiled GEMM (`gemm_*`: many tokens, decode batches beyond 32 and prefill).
+pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
+
+/// Tokens per block of the tiled GEMM's instantiations.
+pub const GEMM_TOKENS: [usize; 2] = [64, 128];
+
+/// The tiled GEMM for `format` with blocks of `tokens` tokens.
+pub fn gemm_entry(format: &str, tokens: usize) -> String {
+    format!("gemm_{format}_m{tokens}")
+}
+
 /// Every macro-generated linear entry name (`linear_*`, `moe_up_*`, `moe_down_*`, their warp
 /// variants, `linear_f32x_*`).
 pub fn linear_entries() -> Vec<String> {
@@ -151,6 +162,11 @@ pub fn linear_entries() -> Vec<String> {
             v.push(stream_entry(kind, f));
         }
     }
+    for f in GEMM_FORMATS {
+        for m in GEMM_TOKENS {
+            v.push(gemm_entry(f, m));
+        }
+    }
     v
 }
 
@@ -159,6 +175,17 @@ pub mod linear {
     /// Split-K workspace: tile arrival counters, and f32 partials.
     pub const SPLIT_TILES: usize = 4096;
     pub const SPLIT_PARTS: usize = 1 << 20;
+    /// Weight rows and K columns per step of a tiled-GEMM block (`GEMM_BN`, `GEMM_BK`).
+    pub const GEMM_ROWS: usize = 128;
+    pub const GEMM_BK: usize = 64;
+    /// Dynamic shared memory of a tiled-GEMM block: its stages (`GEMM_STAGES`) of 128 weight rows
+    /// (`GEMM_WLD`: 96 bytes for FP8, 192 for bf16) and `tokens` x rows of 192 bytes.
+    pub fn gemm_smem(format: &str, tokens: usize) -> usize {
+        let fp8 = format.starts_with("fp8");
+        let stages = if fp8 && tokens == 64 { 4 } else { 3 };
+        let wld = if fp8 { 96 } else { 192 };
+        stages * (GEMM_ROWS * wld + tokens * 192)
+    }
     /// Warps of a streamed-kernel block, each with its own ring.
     pub const STREAM_WARPS: usize = 8;
     /// Shared-memory bytes of one stage of one matrix (`Stream<FMT>::BYTES`): 4 KiB of tiled
@@ -361,10 +388,24 @@ mod tests {
         ] {
             assert!(src.contains(kind), "{kind}");
         }
+        for f in GEMM_FORMATS {
+            let fmt = LINEAR_FORMATS.iter().position(|x| x == &f).unwrap();
+            let def = src
+                .lines()
+                .find(|l| l.starts_with(&format!("GEMM_ENTRY({f},")))
+                .unwrap_or_else(|| panic!("linear.cu has no GEMM_ENTRY({f}, …)"));
+            let name = def.split(',').nth(1).unwrap().trim().trim_end_matches(')');
+            assert!(full.contains(&format!("#define {name} {fmt}")));
+        }
+        for m in GEMM_TOKENS {
+            assert!(src.contains(&format!("gemm_##NAME##_m{m}(")));
+            assert!(src.contains(&format!("gemm_kernel<FMT, {}>", m / 16)));
+        }
         assert_eq!(
             linear_entries().len(),
             LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
                 + STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
+                + GEMM_FORMATS.len() * GEMM_TOKENS.len()
         );
     }
 

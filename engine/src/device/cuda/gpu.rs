@@ -196,8 +196,12 @@ pub struct Gpu {
     split_ws: Option<DevBuf>,
 }
 
-/// Bytes of split-K partial tiles, and tile counters, in [`Gpu::split_ws`].
+/// Bytes of split-K partial tiles the decode kernels may use, and tile counters, in
+/// [`Gpu::split_ws`]; the tiled GEMM's 128 × 64-token partials may use the whole buffer
+/// ([`SPLIT_WS_BYTES`]: wo_b at 64 tokens in 8 splits is 8 MiB of them).
 pub const SPLIT_PARTIAL_BYTES: usize = amdahl_kernels::linear::SPLIT_PARTS * 4;
+pub const SPLIT_WS_BYTES: usize = 16 << 20;
+const _: () = assert!(SPLIT_WS_BYTES >= SPLIT_PARTIAL_BYTES);
 pub const SPLIT_COUNTERS: usize = amdahl_kernels::linear::SPLIT_TILES;
 
 impl std::fmt::Debug for Gpu {
@@ -295,7 +299,7 @@ impl Gpu {
             funcs,
             split_ws: None,
         };
-        let ws = gpu.zeros(SPLIT_PARTIAL_BYTES + SPLIT_COUNTERS * 4)?;
+        let ws = gpu.zeros(SPLIT_WS_BYTES + SPLIT_COUNTERS * 4)?;
         gpu.sync()?;
         gpu.split_ws = Some(ws);
         Ok(gpu)
@@ -304,7 +308,7 @@ impl Gpu {
     /// The split-K workspace: (partial tiles, tile counters) device pointers.
     pub fn split_ws(&self) -> (u64, u64) {
         let p = self.split_ws.as_ref().map_or(0, |b| b.ptr);
-        (p, p + SPLIT_PARTIAL_BYTES as u64)
+        (p, p + SPLIT_WS_BYTES as u64)
     }
 
     pub fn bind(&self) -> Result<()> {

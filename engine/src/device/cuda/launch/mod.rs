@@ -9,6 +9,7 @@ use crate::error::{EngineError, Result};
 use super::gpu::{Args, Gpu, Launch};
 use super::weights::GLinear;
 
+pub mod gemm;
 pub(crate) mod moe;
 pub mod stream;
 pub use moe::{
@@ -44,6 +45,9 @@ pub fn linear(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
+    if gemm::gemm_applies(gpu, w, m, ldx, x) {
+        return gemm::gemm(gpu, w, x, ldx, y, ldy, m, out_bf16);
+    }
     let nt = tiles_for(m);
     if stream::dense_streams(w.fmt, nt, w.fmt.bytes(w.rows, w.cols) * w.experts.max(1))
         && let Some(st) = stream::stream_for(gpu, w, 1)

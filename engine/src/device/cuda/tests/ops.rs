@@ -201,6 +201,83 @@ fn linear_with_strides_and_bf16_output() {
     assert!(e <= TOL);
 }
 
+/// The tiled GEMM (forced on, so also at token counts the default rule leaves to the decode
+/// kernels) in each of its formats: tails in rows and tokens, 64- and 128-token blocks, K split
+/// (wo_b-like 4096 × 8192 at 64 tokens, wkv-like 512 × 4096), f32 and bf16 outputs at column
+/// offsets, bitwise repeatable; and its default rule, and its results against the decode kernels.
+#[test]
+fn tiled_gemm_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(5);
+    for (n, kk, ms) in [
+        (200usize, 192usize, &[1usize, 33, 64, 100, 300][..]),
+        (512, 4096, &[64, 256][..]),
+        (4096, 8192, &[64][..]),
+    ] {
+        let w = randn(&mut rng, n * kk, 0.02);
+        for fmt in amdahl_kernels::GEMM_FORMATS {
+            let lin = linear_of(fmt, &w, n, kk);
+            let gl = crate::device::cuda::weights::GLinear::upload(&g, fmt, &[&lin]).unwrap();
+            assert_eq!(gl.fmt.name(), fmt);
+            // The f32 block scales become bf16 operands (as in the decode kernels): ~2^-9.
+            let tol = if fmt == "fp8b_f32" { 5e-3 } else { 1e-5 };
+            for &m in ms {
+                let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
+                let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
+                let xb = g.upload(&to_bf16_bits(&x)).unwrap();
+                k::gemm::force_gemm(Some(true));
+                let run = |out_bf16: bool, yo: usize, ldy: usize| {
+                    let y = poisoned(&g, m * ldy * 4);
+                    let at = yo * if out_bf16 { 2 } else { 4 };
+                    k::linear(&g, &gl, xb.ptr(), kk, y.at(at), ldy, m, out_bf16).unwrap();
+                    if out_bf16 {
+                        let raw: Vec<u16> = g.read(&y, 0, m * ldy).unwrap();
+                        columns(&from_bf16(&raw), ldy, m, yo, n)
+                    } else {
+                        let raw: Vec<f32> = g.read(&y, 0, m * ldy).unwrap();
+                        columns(&raw, ldy, m, yo, n)
+                    }
+                };
+                let got = run(false, 0, n);
+                let again = run(false, 0, n);
+                let strided = run(true, 24, n + 40);
+                k::gemm::force_gemm(None);
+                let e = rel_l2(&got, &want.data);
+                let eb = rel_l2(&strided, &want.data);
+                println!(
+                    "gemm {fmt} {n}x{kk} m={m}: rel l2 {e:.2e}, bf16 out at an offset {eb:.2e}"
+                );
+                assert!(e <= tol, "gemm {fmt} {n}x{kk} m={m}: {e:.3e}");
+                assert!(eb <= 5e-3, "gemm {fmt} {n}x{kk} m={m} bf16 out: {eb:.3e}");
+                assert!(
+                    got.iter()
+                        .zip(&again)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "gemm {fmt} {n}x{kk} m={m}: not deterministic"
+                );
+                if m >= k::gemm::GEMM_MIN_TOKENS {
+                    // From 256 tokens the default rule takes the GEMM; the decode kernels agree.
+                    assert_eq!(
+                        k::gemm::gemm_applies(&g, &gl, m, kk, xb.ptr()),
+                        m >= k::gemm::GEMM_WIDE_TOKENS
+                            || (fmt == "bf16" && n.div_ceil(128) >= 2 * g.info.sms)
+                    );
+                    k::gemm::force_gemm(Some(false));
+                    let y = poisoned(&g, m * n * 4);
+                    k::linear(&g, &gl, xb.ptr(), kk, y.ptr(), n, m, false).unwrap();
+                    k::gemm::force_gemm(None);
+                    let old: Vec<f32> = g.read(&y, 0, m * n).unwrap();
+                    let d = rel_l2(&got, &old);
+                    assert!(
+                        d <= tol,
+                        "gemm vs decode kernels {fmt} {n}x{kk} m={m}: {d:.3e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn router_linear_takes_f32_inputs() {
     let Some(g) = gpu() else { return };
