@@ -134,13 +134,16 @@ pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
 /// Tokens per block of the tiled GEMM's instantiations.
 pub const GEMM_TOKENS: [usize; 2] = [64, 128];
 
+/// The split tiled GEMM's ordered sum of partial tiles (linear.cu, not macro-generated).
+pub const GEMM_REDUCE: &str = "gemm_reduce";
+
 /// The tiled GEMM for `format` with blocks of `tokens` tokens.
 pub fn gemm_entry(format: &str, tokens: usize) -> String {
     format!("gemm_{format}_m{tokens}")
 }
 
-/// Every macro-generated linear entry name (`linear_*`, `moe_up_*`, `moe_down_*`, their warp
-/// variants, `linear_f32x_*`).
+/// Every linear-module entry name: the macro-generated ones (`linear_*`, `moe_up_*`,
+/// `moe_down_*`, their warp variants, `linear_f32x_*`, `stream_*`, `gemm_*`) and `gemm_reduce`.
 pub fn linear_entries() -> Vec<String> {
     let mut v = Vec::new();
     for f in LINEAR_FORMATS {
@@ -167,6 +170,7 @@ pub fn linear_entries() -> Vec<String> {
             v.push(gemm_entry(f, m));
         }
     }
+    v.push(GEMM_REDUCE.to_string());
     v
 }
 
@@ -175,16 +179,23 @@ pub mod linear {
     /// Split-K workspace: tile arrival counters, and f32 partials.
     pub const SPLIT_TILES: usize = 4096;
     pub const SPLIT_PARTS: usize = 1 << 20;
-    /// Weight rows and K columns per step of a tiled-GEMM block (`GEMM_BN`, `GEMM_BK`).
-    pub const GEMM_ROWS: usize = 128;
+    /// K columns per step of the tiled GEMM (`GEMM_BK`), and its stages (`GEMM_STAGES`).
     pub const GEMM_BK: usize = 64;
-    /// Dynamic shared memory of a tiled-GEMM block: its stages (`GEMM_STAGES`) of 128 weight rows
+    pub const GEMM_STAGES: usize = 3;
+    /// Weight rows per tiled-GEMM block (`GemmGeo::BN`): FP8 at 64 tokens puts all 8 warps
+    /// along rows (256), otherwise 4 warps (128).
+    pub fn gemm_rows(format: &str, tokens: usize) -> usize {
+        if format.starts_with("fp8") && tokens == 64 {
+            256
+        } else {
+            128
+        }
+    }
+    /// Dynamic shared memory of a tiled-GEMM block: its stages of `gemm_rows` weight rows
     /// (`GEMM_WLD`: 96 bytes for FP8, 192 for bf16) and `tokens` x rows of 192 bytes.
     pub fn gemm_smem(format: &str, tokens: usize) -> usize {
-        let fp8 = format.starts_with("fp8");
-        let stages = if fp8 && tokens == 64 { 4 } else { 3 };
-        let wld = if fp8 { 96 } else { 192 };
-        stages * (GEMM_ROWS * wld + tokens * 192)
+        let wld = if format.starts_with("fp8") { 96 } else { 192 };
+        GEMM_STAGES * (gemm_rows(format, tokens) * wld + tokens * 192)
     }
     /// Warps of a streamed-kernel block, each with its own ring.
     pub const STREAM_WARPS: usize = 8;
@@ -399,14 +410,16 @@ mod tests {
         }
         for m in GEMM_TOKENS {
             assert!(src.contains(&format!("gemm_##NAME##_m{m}(")));
-            assert!(src.contains(&format!("gemm_kernel<FMT, {}>", m / 16)));
+            assert!(src.contains(&format!("gemm_kernel<FMT, {m}>")));
         }
         assert_eq!(
             linear_entries().len(),
             LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
                 + STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
                 + GEMM_FORMATS.len() * GEMM_TOKENS.len()
+                + 1
         );
+        assert!(src.contains(&format!(" {GEMM_REDUCE}(")));
     }
 
     #[test]
@@ -441,6 +454,8 @@ mod tests {
             (LINEAR.source, "#define SPLIT_TILES", linear::SPLIT_TILES),
             (LINEAR.source, "#define SPLIT_PARTS", linear::SPLIT_PARTS),
             (LINEAR.source, "#define STREAM_WARPS", linear::STREAM_WARPS),
+            (LINEAR.source, "#define GEMM_BK", linear::GEMM_BK),
+            (LINEAR.source, "#define GEMM_STAGES", linear::GEMM_STAGES),
             (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
             (MHC.source, "#define POST_COLS", mhc::POST_COLS),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),

@@ -45,7 +45,7 @@ pub fn linear(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
-    if gemm::gemm_applies(gpu, w, m, ldx, x) {
+    if gemm::gemm_applies(w, m, ldx, x) {
         return gemm::gemm(gpu, w, x, ldx, y, ldy, m, out_bf16);
     }
     let nt = tiles_for(m);
