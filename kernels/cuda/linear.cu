@@ -1038,7 +1038,8 @@ STREAM_ENTRY(mxfp4t, FMT_MXFP4T)
 // along tokens (BN 128, BM 64 or 128). K may be split over gridDim.z (= matrices × splits): each
 // split stores its post-scaled tile, row-major [BM][BN], in ws and `gemm_reduce` sums the splits
 // in order (deterministic, every SM taking part). Formats: bf16 and FP8 (block E8M0 / f32
-// scales, per-tensor); K % 64 == 0, ldx % 8 == 0.
+// scales, per-tensor); K % 64 == 0, ldx % 8 == 0. Matrix e reads x from column e·xe: xe = K for a
+// grouped linear, 0 for two weights of one input (the shared expert's W1 and W3, y = [W1x | W3x]).
 #define GEMM_BK 64
 #define GEMM_STAGES 3
 #define GEMM_XLD 192                          // bytes per shared x row: 128 + 64, conflict-free
@@ -1065,8 +1066,8 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 }
 
 template <int FMT, int BM>
-__device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy, int M,
-                            int N, int K, int out_bf16, int splits, float* __restrict__ ws) {
+__device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, int xe, void* y, int ldy,
+                            int M, int N, int K, int out_bf16, int splits, float* __restrict__ ws) {
     using G = GemmGeo<FMT, BM>;
     constexpr int BN = G::BN, WN = G::WN, WROWS = G::WROWS, ST = GEMM_STAGES, WLD = GEMM_WLD(FMT);
     constexpr int BPE = IS_FP8(FMT) ? 1 : 2;
@@ -1084,7 +1085,7 @@ __device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y
     const int s_lo = sp * per, nsteps = max(0, min(steps, s_lo + per) - s_lo);
     const u8* wbase = d.w + e * d.w_stride;
     const u8* sbase = BLOCKSC ? d.s + e * d.s_stride : nullptr;
-    x += (i64)e * K;
+    x += (i64)e * xe;
     const int srow0 = (n0 + d.row_phase) >> 7, srow_last = (N - 1 + d.row_phase) >> 7;
 
     // This thread's copies: weight chunks at rows wr0 + i·(256 / WC), x chunks at rows xr0 + 32i.
@@ -1271,16 +1272,27 @@ extern "C" __global__ void __launch_bounds__(256) gemm_reduce(const float* __res
     }
 }
 
+// The shared expert's SwiGLU after the paired GEMM: act[m, j] = swiglu(h[m, j], h[m, I + j]) as
+// bf16, h = [W1x | W3x] f32 rows of 2I.
+extern "C" __global__ void gemm_swiglu(const float* __restrict__ h, u16* __restrict__ act, int M, int I,
+                                       float limit) {
+    const i64 n = (i64)M * I;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const i64 m = i / I, j = i % I;
+        act[i] = f2bf(swiglu(h[m * 2 * I + j], h[m * 2 * I + I + j], limit));
+    }
+}
+
 #define GEMM_ENTRY(NAME, FMT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 64)) gemm_##NAME##_m64(       \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, int splits, \
-        float* ws) {                                                                                     \
-        gemm_kernel<FMT, 64>(d, x, ldx, y, ldy, M, N, K, out_bf16, splits, ws);                          \
+        WDesc d, const u16* x, int ldx, int xe, void* y, int ldy, int M, int N, int K, int out_bf16,     \
+        int splits, float* ws) {                                                                         \
+        gemm_kernel<FMT, 64>(d, x, ldx, xe, y, ldy, M, N, K, out_bf16, splits, ws);                      \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 128)) gemm_##NAME##_m128(       \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, int splits, \
-        float* ws) {                                                                                     \
-        gemm_kernel<FMT, 128>(d, x, ldx, y, ldy, M, N, K, out_bf16, splits, ws);                         \
+        WDesc d, const u16* x, int ldx, int xe, void* y, int ldy, int M, int N, int K, int out_bf16,     \
+        int splits, float* ws) {                                                                         \
+        gemm_kernel<FMT, 128>(d, x, ldx, xe, y, ldy, M, N, K, out_bf16, splits, ws);                     \
     }
 
 GEMM_ENTRY(bf16, FMT_BF16)

@@ -137,13 +137,16 @@ pub const GEMM_TOKENS: [usize; 2] = [64, 128];
 /// The split tiled GEMM's ordered sum of partial tiles (linear.cu, not macro-generated).
 pub const GEMM_REDUCE: &str = "gemm_reduce";
 
+/// The shared expert's SwiGLU after its paired GEMM (linear.cu, not macro-generated).
+pub const GEMM_SWIGLU: &str = "gemm_swiglu";
+
 /// The tiled GEMM for `format` with blocks of `tokens` tokens.
 pub fn gemm_entry(format: &str, tokens: usize) -> String {
     format!("gemm_{format}_m{tokens}")
 }
 
 /// Every linear-module entry name: the macro-generated ones (`linear_*`, `moe_up_*`,
-/// `moe_down_*`, their warp variants, `linear_f32x_*`, `stream_*`, `gemm_*`) and `gemm_reduce`.
+/// `moe_down_*`, their warp variants, `linear_f32x_*`, `stream_*`, `gemm_*`), `gemm_reduce` and `gemm_swiglu`.
 pub fn linear_entries() -> Vec<String> {
     let mut v = Vec::new();
     for f in LINEAR_FORMATS {
@@ -171,6 +174,7 @@ pub fn linear_entries() -> Vec<String> {
         }
     }
     v.push(GEMM_REDUCE.to_string());
+    v.push(GEMM_SWIGLU.to_string());
     v
 }
 
@@ -417,9 +421,10 @@ mod tests {
             LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
                 + STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
                 + GEMM_FORMATS.len() * GEMM_TOKENS.len()
-                + 1
+                + 2
         );
         assert!(src.contains(&format!(" {GEMM_REDUCE}(")));
+        assert!(src.contains(&format!(" {GEMM_SWIGLU}(")));
     }
 
     #[test]

@@ -104,23 +104,104 @@ pub fn gemm(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
+    let mats = Mats {
+        desc: w.desc(),
+        matrices: w.experts.max(1),
+        xe: w.cols,
+    };
+    launch(gpu, w, mats, x, ldx, y, ldy, m, out_bf16)
+}
+
+/// Whether [`gemm_pair`] takes `w1` and `w3` at `m` tokens: the GEMM's rule for each, the same
+/// shape and scale layout, and no per-matrix global scale (one descriptor spans both).
+pub fn pair_applies(w1: &GLinear, w3: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
+    gemm_applies(w1, m, ldx, x)
+        && w1.fmt == w3.fmt
+        && (w1.rows, w1.cols, w1.experts, w1.s_ld, w1.row_phase)
+            == (w3.rows, w3.cols, w3.experts, w3.s_ld, w3.row_phase)
+        && w1.experts <= 1
+        && w1.fmt.name() != "fp8t"
+}
+
+/// `h[m, 2N] = [x W1ᵀ | x W3ᵀ]` in f32 by one GEMM launch of two matrices over the same x (the
+/// shared expert's up projections; the caller checked [`pair_applies`]).
+pub fn gemm_pair(
+    gpu: &Gpu,
+    w1: &GLinear,
+    w3: &GLinear,
+    x: u64,
+    ldx: usize,
+    h: u64,
+    m: usize,
+) -> Result<u64> {
+    let mut desc = w1.desc();
+    // Matrix 1 is W3: its codes and scales as offsets from W1's.
+    desc.w_stride = w3.w.ptr() as i64 - w1.w.ptr() as i64;
+    desc.s_stride = match (&w1.s, &w3.s) {
+        (Some(a), Some(b)) => b.ptr() as i64 - a.ptr() as i64,
+        _ => 0,
+    };
+    let mats = Mats {
+        desc,
+        matrices: 2,
+        xe: 0,
+    };
+    launch(gpu, w1, mats, x, ldx, h, 2 * w1.rows, m, false)
+}
+
+/// `act[m, n] = swiglu(h[m, n], h[m, n + i])` as bf16 (V4's clamped SwiGLU with `limit`), after
+/// [`gemm_pair`] with `n` = its `i` rows.
+pub fn swiglu_rows(gpu: &Gpu, h: u64, act: u64, m: usize, i: usize, limit: f32) -> Result<u64> {
+    let l = Launch::new(
+        ((m * i).div_ceil(1024).clamp(1, 4 * gpu.info.sms), 1, 1),
+        256,
+        0,
+    );
+    gpu.launch_named(
+        amdahl_kernels::GEMM_SWIGLU,
+        l,
+        Args::new().ptr(h).ptr(act).usize(m).usize(i).f32(limit),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The matrices of one GEMM launch: a descriptor (matrix e at its strides), how many, and the x
+/// columns between matrices' inputs.
+struct Mats {
+    desc: super::super::weights::WDesc,
+    matrices: usize,
+    xe: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    gpu: &Gpu,
+    w: &GLinear,
+    mats: Mats,
+    x: u64,
+    ldx: usize,
+    y: u64,
+    ldy: usize,
+    m: usize,
+    out_bf16: bool,
+) -> Result<u64> {
     let name = w.fmt.name();
     let tokens = gemm_tokens(m);
     let rows = gemm_rows(name, tokens);
     let smem = gemm_smem(name, tokens);
-    let matrices = w.experts.max(1);
     let (nx, ny) = (w.rows.div_ceil(rows), m.div_ceil(tokens));
-    let tiles = nx * ny * matrices;
+    let tiles = nx * ny * mats.matrices;
     let ks = gemm_splits(tiles, rows, tokens, w.cols / GEMM_BK, slots(gpu, w, m));
     let (ws, _) = gpu.split_ws();
-    let l = Launch::new((nx, ny, matrices * ks), 256, smem);
+    let l = Launch::new((nx, ny, mats.matrices * ks), 256, smem);
     gpu.launch_named(
         &gemm_entry(name, tokens),
         l,
         Args::new()
-            .raw(&w.desc().as_bytes())
+            .raw(&mats.desc.as_bytes())
             .ptr(x)
             .usize(ldx)
+            .usize(mats.xe)
             .ptr(y)
             .usize(ldy)
             .usize(m)

@@ -490,7 +490,42 @@ pub(crate) fn moe_forward(
         bf.y_slot.ptr(),
     )?);
     let mut shared = 0u64;
-    if let Some([w1, w3, w2]) = &m.shared {
+    if let Some([w1, w3, w2]) = &m.shared
+        && 2 * w1.rows <= d
+        && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
+        && k::gemm::gemm_applies(w2, t, w1.rows, bf.sh_act.ptr())
+    {
+        // Many tokens: the tiled GEMM for both up projections in one launch into sh_y (free
+        // until the down projection, [t, 2·inter] ≤ [t, d]), the SwiGLU, and the down projection.
+        tm.count(k::gemm::gemm_pair(
+            g,
+            w1,
+            w3,
+            bf.u_bf.ptr(),
+            d,
+            bf.sh_y.ptr(),
+            t,
+        )?);
+        tm.count(k::gemm::swiglu_rows(
+            g,
+            bf.sh_y.ptr(),
+            bf.sh_act.ptr(),
+            t,
+            w1.rows,
+            m.limit,
+        )?);
+        tm.count(k::linear(
+            g,
+            w2,
+            bf.sh_act.ptr(),
+            w1.rows,
+            bf.sh_y.ptr(),
+            d,
+            t,
+            false,
+        )?);
+        shared = bf.sh_y.ptr();
+    } else if let Some([w1, w3, w2]) = &m.shared {
         tm.count(k::plan_identity(
             g,
             t,

@@ -274,6 +274,68 @@ fn tiled_gemm_matches_the_cpu() {
     }
 }
 
+/// The shared expert at many tokens: W1 and W3 in one paired GEMM launch, the clamped SwiGLU,
+/// then W2, against the CPU (the act rounded to bf16 as the GPU stores it).
+#[test]
+fn paired_gemm_swiglu_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(6);
+    let (inter, d, limit) = (512usize, 1024usize, 7.0f32);
+    for fmt in ["fp8b_e8m0", "bf16"] {
+        let mk =
+            |rng: &mut Rng, n: usize, kk: usize| linear_of(fmt, &randn(rng, n * kk, 0.05), n, kk);
+        let (l1, l3, l2) = (
+            mk(&mut rng, inter, d),
+            mk(&mut rng, inter, d),
+            mk(&mut rng, d, inter),
+        );
+        let up = |l: &Linear| crate::device::cuda::weights::GLinear::upload(&g, fmt, &[l]).unwrap();
+        let (w1, w3, w2) = (up(&l1), up(&l3), up(&l2));
+        for m in [33usize, 64, 300] {
+            let x = bf16_round(&randn(&mut rng, m * d, 1.0));
+            let xm = Mat::from_vec(m, d, x.clone());
+            let (a, b) = (l1.forward(&xm), l3.forward(&xm));
+            let act: Vec<f32> = a
+                .data
+                .iter()
+                .zip(&b.data)
+                .map(|(&gate, &upv)| {
+                    let gg = gate.min(limit);
+                    gg / (1.0 + (-gg).exp()) * upv.clamp(-limit, limit)
+                })
+                .collect();
+            let act = bf16_round(&act);
+            let want = l2.forward(&Mat::from_vec(m, inter, act.clone()));
+            let xb = g.upload(&to_bf16_bits(&x)).unwrap();
+            assert!(k::gemm::pair_applies(&w1, &w3, m, d, xb.ptr()));
+            let h = poisoned(&g, m * 2 * inter * 4);
+            let actb = poisoned(&g, m * inter * 2);
+            let y = poisoned(&g, m * d * 4);
+            k::gemm::gemm_pair(&g, &w1, &w3, xb.ptr(), d, h.ptr(), m).unwrap();
+            k::gemm::swiglu_rows(&g, h.ptr(), actb.ptr(), m, inter, limit).unwrap();
+            k::linear(&g, &w2, actb.ptr(), inter, y.ptr(), d, m, false).unwrap();
+            let hs: Vec<f32> = g.read(&h, 0, m * 2 * inter).unwrap();
+            let gate = columns(&hs, 2 * inter, m, 0, inter);
+            let upv = columns(&hs, 2 * inter, m, inter, inter);
+            let eg = rel_l2(&gate, &a.data);
+            let eu = rel_l2(&upv, &b.data);
+            let raw: Vec<u16> = g.read(&actb, 0, m * inter).unwrap();
+            let ea = rel_l2(&from_bf16(&raw), &act);
+            let got: Vec<f32> = g.read(&y, 0, m * d).unwrap();
+            let ey = rel_l2(&got, &want.data);
+            println!("paired gemm {fmt} m={m}: W1 {eg:.2e} W3 {eu:.2e} act {ea:.2e} out {ey:.2e}");
+            assert!(
+                eg <= 1e-5 && eu <= 1e-5,
+                "{fmt} m={m}: up {eg:.3e} / {eu:.3e}"
+            );
+            assert!(
+                ea <= 1e-2 && ey <= 1e-2,
+                "{fmt} m={m}: act {ea:.3e}, out {ey:.3e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn router_linear_takes_f32_inputs() {
     let Some(g) = gpu() else { return };
