@@ -1,5 +1,6 @@
-// Weight formats of the linear kernels (linear.cu): format codes, the weight descriptor, and
-// the loads and in-register decodes that turn stored codes into bf16 MMA operands.
+// Weight formats of the linear kernels (linear.cu, linear_stream.cu, linear_gemm.cu): format
+// codes, the weight descriptor, and the loads and in-register decodes that turn stored codes into
+// bf16 MMA operands.
 //
 // Dequantization in registers is kept to a few integer ops per weight: FP4 codes become exact
 // bf16 values by byte permutes and are scaled by their block scale with one bf16x2 FMA; FP8
@@ -28,6 +29,7 @@
 // codes bit-placed for `fp4t_word`; rows % 16 == 0, K % 128 == 0).
 #define IS_FP4(F) ((F) == FMT_NVFP4 || (F) == FMT_MXFP4 || (F) == FMT_NVFP4T || (F) == FMT_MXFP4T)
 #define IS_TILED(F) ((F) == FMT_NVFP4T || (F) == FMT_MXFP4T)
+#define IS_FP8(F) ((F) == FMT_FP8B_E8M0 || (F) == FMT_FP8B_F32 || (F) == FMT_FP8T)
 
 struct WDesc {
     const u8* w;      // codes or values, [E][N][K] in the format's packing

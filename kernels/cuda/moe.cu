@@ -2,7 +2,7 @@
 // sigmoid (1), softmax (2)}; hash layers read tid2eid, others take the top-k of s + bias (bias
 // only selects; ties to the lower index). Weights = chosen scores, normalized when asked, times
 // the routed scaling factor. Then a deterministic counting-sort plan groups the (token, slot)
-// assignments by expert for the grouped expert kernels (linear.cu), and the combine sums each
+// assignments by expert for the grouped expert kernels (linear.cu, linear_stream.cu), and the combine sums each
 // token's k expert rows plus the shared expert.
 
 #define ROUTE_MAXE 384

@@ -22,13 +22,34 @@ pub struct Entry {
     pub name: &'static str,
 }
 
-pub const LINEAR: Module = Module {
-    name: "linear",
-    headers: &[(
+/// The headers every linear module compiles first: weight formats, then the split workspace
+/// and SwiGLU they share.
+const LINEAR_HEADERS: &[(&str, &str)] = &[
+    (
         "linear_formats.cuh",
         include_str!("../cuda/linear_formats.cuh"),
-    )],
+    ),
+    (
+        "linear_shared.cuh",
+        include_str!("../cuda/linear_shared.cuh"),
+    ),
+];
+pub const LINEAR: Module = Module {
+    name: "linear",
+    headers: LINEAR_HEADERS,
     source: include_str!("../cuda/linear.cu"),
+};
+/// The streamed decode linears (sm_90+).
+pub const LINEAR_STREAM: Module = Module {
+    name: "linear_stream",
+    headers: LINEAR_HEADERS,
+    source: include_str!("../cuda/linear_stream.cu"),
+};
+/// The tiled GEMM for many tokens.
+pub const LINEAR_GEMM: Module = Module {
+    name: "linear_gemm",
+    headers: LINEAR_HEADERS,
+    source: include_str!("../cuda/linear_gemm.cu"),
 };
 pub const MHC: Module = Module {
     name: "mhc",
@@ -57,7 +78,16 @@ pub const UTIL: Module = Module {
 };
 
 /// Every module, in load order.
-pub const MODULES: [Module; 6] = [LINEAR, MHC, ATTENTION, MOE, SAMPLE, UTIL];
+pub const MODULES: [Module; 8] = [
+    LINEAR,
+    LINEAR_STREAM,
+    LINEAR_GEMM,
+    MHC,
+    ATTENTION,
+    MOE,
+    SAMPLE,
+    UTIL,
+];
 
 impl Module {
     /// The text NVRTC compiles: the common header, the module's headers, then the module (line
@@ -134,19 +164,19 @@ pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
 /// Tokens per block of the tiled GEMM's instantiations.
 pub const GEMM_TOKENS: [usize; 2] = [64, 128];
 
-/// The split tiled GEMM's ordered sum of partial tiles (linear.cu, not macro-generated).
-pub const GEMM_REDUCE: &str = "gemm_reduce";
+/// The split tiled GEMM's ordered sum of partial tiles.
+pub const GEMM_REDUCE: Entry = e("linear_gemm", "gemm_reduce");
 
-/// The shared expert's SwiGLU after its paired GEMM (linear.cu, not macro-generated).
-pub const GEMM_SWIGLU: &str = "gemm_swiglu";
+/// The shared expert's SwiGLU after its paired GEMM.
+pub const GEMM_SWIGLU: Entry = e("linear_gemm", "gemm_swiglu");
 
 /// The tiled GEMM for `format` with blocks of `tokens` tokens.
 pub fn gemm_entry(format: &str, tokens: usize) -> String {
     format!("gemm_{format}_m{tokens}")
 }
 
-/// Every linear-module entry name: the macro-generated ones (`linear_*`, `moe_up_*`,
-/// `moe_down_*`, their warp variants, `linear_f32x_*`, `stream_*`, `gemm_*`), `gemm_reduce` and `gemm_swiglu`.
+/// The macro-generated entry names of linear.cu: `linear_*`, `moe_up_*`, `moe_down_*`, their
+/// warp variants, `linear_f32x_*`.
 pub fn linear_entries() -> Vec<String> {
     let mut v = Vec::new();
     for f in LINEAR_FORMATS {
@@ -160,6 +190,13 @@ pub fn linear_entries() -> Vec<String> {
         }
         v.push(format!("linear_f32x_{f}"));
     }
+    v
+}
+
+/// The macro-generated entry names of linear_stream.cu: `stream_linear_*`, `stream_up_*`,
+/// `stream_down_*`.
+pub fn stream_entries() -> Vec<String> {
+    let mut v = Vec::new();
     for f in STREAM_FORMATS {
         for nt in STREAM_TILES {
             v.push(stream_linear_entry(f, nt));
@@ -168,14 +205,15 @@ pub fn linear_entries() -> Vec<String> {
             v.push(stream_entry(kind, f));
         }
     }
-    for f in GEMM_FORMATS {
-        for m in GEMM_TOKENS {
-            v.push(gemm_entry(f, m));
-        }
-    }
-    v.push(GEMM_REDUCE.to_string());
-    v.push(GEMM_SWIGLU.to_string());
     v
+}
+
+/// The macro-generated entry names of linear_gemm.cu: `gemm_{format}_m{tokens}`.
+pub fn gemm_entries() -> Vec<String> {
+    GEMM_FORMATS
+        .iter()
+        .flat_map(|f| GEMM_TOKENS.iter().map(move |&m| gemm_entry(f, m)))
+        .collect()
 }
 
 /// Layout facts of the linear kernels the launchers share.
@@ -315,7 +353,7 @@ pub mod util {
 
 /// Every hand-written (not macro-generated) entry point.
 pub fn named_entries() -> Vec<Entry> {
-    let mut v = Vec::new();
+    let mut v = vec![GEMM_REDUCE, GEMM_SWIGLU];
     v.extend(mhc::ALL);
     v.extend(attention::ALL);
     v.extend(moe::ALL);
@@ -326,10 +364,14 @@ pub fn named_entries() -> Vec<Entry> {
 
 /// Every entry point of every module, with its module name.
 pub fn all_entries() -> Vec<(&'static str, String)> {
-    let mut v: Vec<(&'static str, String)> = linear_entries()
-        .into_iter()
-        .map(|n| (LINEAR.name, n))
-        .collect();
+    let mut v: Vec<(&'static str, String)> = Vec::new();
+    for (m, names) in [
+        (LINEAR, linear_entries()),
+        (LINEAR_STREAM, stream_entries()),
+        (LINEAR_GEMM, gemm_entries()),
+    ] {
+        v.extend(names.into_iter().map(|n| (m.name, n)));
+    }
     v.extend(
         named_entries()
             .into_iter()
@@ -386,45 +428,55 @@ mod tests {
             assert!(src.contains(&format!("{kind}_w_##NAME(")));
         }
         assert!(src.contains("    WARP_ENTRY(NAME, FMT)"));
-        for f in STREAM_FORMATS {
-            let fmt = LINEAR_FORMATS.iter().position(|x| x == &f).unwrap();
-            let def = src
+        assert_eq!(
+            linear_entries().len(),
+            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
+        );
+    }
+
+    /// `{macro}({f}, FMT_X)` instantiates each format of a linear module's list, and FMT_X is
+    /// that format's code.
+    fn check_format_macros(m: Module, macro_name: &str, formats: &[&str]) {
+        let full = m.full_source();
+        for f in formats {
+            let code = LINEAR_FORMATS.iter().position(|x| x == f).unwrap();
+            let def = m
+                .source
                 .lines()
-                .find(|l| l.starts_with(&format!("STREAM_ENTRY({f},")))
-                .unwrap_or_else(|| panic!("linear.cu has no STREAM_ENTRY({f}, …)"));
+                .find(|l| l.starts_with(&format!("{macro_name}({f},")))
+                .unwrap_or_else(|| panic!("{}.cu has no {macro_name}({f}, …)", m.name));
             let name = def.split(',').nth(1).unwrap().trim().trim_end_matches(')');
-            assert!(full.contains(&format!("#define {name} {fmt}")));
+            assert!(full.contains(&format!("#define {name} {code}")));
         }
+    }
+
+    /// The streamed and GEMM modules' macros paste the names `stream_entries` and
+    /// `gemm_entries` build, for every format of their lists.
+    #[test]
+    fn stream_and_gemm_macros_match_their_entry_lists() {
+        check_format_macros(LINEAR_STREAM, "STREAM_ENTRY", &STREAM_FORMATS);
         for kind in [
             "stream_linear_##NAME##_nt1(",
             "stream_linear_##NAME##_nt2(",
             "stream_up_##NAME(",
             "stream_down_##NAME(",
         ] {
-            assert!(src.contains(kind), "{kind}");
-        }
-        for f in GEMM_FORMATS {
-            let fmt = LINEAR_FORMATS.iter().position(|x| x == &f).unwrap();
-            let def = src
-                .lines()
-                .find(|l| l.starts_with(&format!("GEMM_ENTRY({f},")))
-                .unwrap_or_else(|| panic!("linear.cu has no GEMM_ENTRY({f}, …)"));
-            let name = def.split(',').nth(1).unwrap().trim().trim_end_matches(')');
-            assert!(full.contains(&format!("#define {name} {fmt}")));
-        }
-        for m in GEMM_TOKENS {
-            assert!(src.contains(&format!("gemm_##NAME##_m{m}(")));
-            assert!(src.contains(&format!("gemm_kernel<FMT, {m}>")));
+            assert!(LINEAR_STREAM.source.contains(kind), "{kind}");
         }
         assert_eq!(
-            linear_entries().len(),
-            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
-                + STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
-                + GEMM_FORMATS.len() * GEMM_TOKENS.len()
-                + 2
+            stream_entries().len(),
+            STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
         );
-        assert!(src.contains(&format!(" {GEMM_REDUCE}(")));
-        assert!(src.contains(&format!(" {GEMM_SWIGLU}(")));
+        check_format_macros(LINEAR_GEMM, "GEMM_ENTRY", &GEMM_FORMATS);
+        for m in GEMM_TOKENS {
+            assert!(LINEAR_GEMM.source.contains(&format!("gemm_##NAME##_m{m}(")));
+            assert!(
+                LINEAR_GEMM
+                    .source
+                    .contains(&format!("gemm_kernel<FMT, {m}>"))
+            );
+        }
+        assert_eq!(gemm_entries().len(), GEMM_FORMATS.len() * GEMM_TOKENS.len());
     }
 
     #[test]
@@ -456,11 +508,27 @@ mod tests {
                 attention::MAX_SPLITS,
             ),
             (MHC.source, "#define MIX_PARTS", mhc::MIX_PARTS),
-            (LINEAR.source, "#define SPLIT_TILES", linear::SPLIT_TILES),
-            (LINEAR.source, "#define SPLIT_PARTS", linear::SPLIT_PARTS),
-            (LINEAR.source, "#define STREAM_WARPS", linear::STREAM_WARPS),
-            (LINEAR.source, "#define GEMM_BK", linear::GEMM_BK),
-            (LINEAR.source, "#define GEMM_STAGES", linear::GEMM_STAGES),
+            (
+                LINEAR_HEADERS[1].1,
+                "#define SPLIT_TILES",
+                linear::SPLIT_TILES,
+            ),
+            (
+                LINEAR_HEADERS[1].1,
+                "#define SPLIT_PARTS",
+                linear::SPLIT_PARTS,
+            ),
+            (
+                LINEAR_STREAM.source,
+                "#define STREAM_WARPS",
+                linear::STREAM_WARPS,
+            ),
+            (LINEAR_GEMM.source, "#define GEMM_BK", linear::GEMM_BK),
+            (
+                LINEAR_GEMM.source,
+                "#define GEMM_STAGES",
+                linear::GEMM_STAGES,
+            ),
             (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
             (MHC.source, "#define POST_COLS", mhc::POST_COLS),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),

@@ -197,8 +197,8 @@ pub struct Gpu {
 }
 
 /// Bytes of split-K partial tiles the decode kernels may use, and tile counters, in
-/// [`Gpu::split_ws`]; the tiled GEMM's 128 × 64-token partials may use the whole buffer
-/// ([`SPLIT_WS_BYTES`]: wo_b at 64 tokens in 8 splits is 8 MiB of them).
+/// [`Gpu::split_ws`]; the tiled GEMM's partial tiles may use the whole buffer ([`SPLIT_WS_BYTES`]:
+/// wo_b at 64 tokens is 16 tiles of 256 rows × 64 tokens, 64 KiB each, per split).
 pub const SPLIT_PARTIAL_BYTES: usize = amdahl_kernels::linear::SPLIT_PARTS * 4;
 pub const SPLIT_WS_BYTES: usize = 16 << 20;
 const _: () = assert!(SPLIT_WS_BYTES >= SPLIT_PARTIAL_BYTES);

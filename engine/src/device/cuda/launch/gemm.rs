@@ -1,8 +1,8 @@
-//! The tiled GEMM (linear.cu `gemm_*`) for linears of many tokens: when it replaces the decode
-//! kernels, its block size, and its K split. The decode kernels give a block 16 weight rows and
-//! read x from L2 per block, which beyond ~32 tokens makes x, not the weights, the traffic; the
-//! GEMM's blocks are 128 or 256 rows × 64 or 128 tokens with both operands staged in shared
-//! memory.
+//! The tiled GEMM (linear_gemm.cu `gemm_*`) for linears of many tokens: when it replaces the
+//! decode kernels, its block size, and its K split. The decode kernels give a block 16 weight
+//! rows and read x from L2 per block, which beyond ~32 tokens makes x, not the weights, the
+//! traffic; the GEMM's blocks are 128 or 256 rows × 64 or 128 tokens with both operands staged
+//! in shared memory.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -58,23 +58,22 @@ pub fn gemm_tokens(m: usize) -> usize {
 }
 
 /// K splits for `tiles` output tiles of `rows` × `tokens` over `steps` 64-column steps with
-/// `slots` blocks resident at once: the least modelled time, waves × (1/ks of the work + a tenth
-/// for a block's pipeline fill and epilogue) + the reduction's reads of the partials (in units
-/// of one unsplit wave: a tile's partials at 16 bytes per thread-load), each split at least two
-/// steps, the partials within the workspace. Fills the GPU for the few-tile linears (wo_b: 16
+/// `slots` blocks resident at once: the least modelled time, in units of one unsplit block's
+/// run: waves × (1/ks of the work + a tenth for a block's pipeline fill and epilogue), plus for
+/// ks > 1 the `gemm_reduce` launch (the partials' bytes read by every resident block at one
+/// stage, ~36 KB, per step time, and ~2 steps for the launch); each split keeps at least two
+/// steps, the partials fit the workspace. Fills the GPU for the few-tile linears (wo_b: 16
 /// tiles of 8192 columns at 64 tokens; wkv: 2).
 pub fn gemm_splits(tiles: usize, rows: usize, tokens: usize, steps: usize, slots: usize) -> usize {
     let tile_bytes = rows * tokens * 4;
     let most = (steps / 2)
         .min(SPLIT_WS_BYTES / (tiles * tile_bytes))
         .clamp(1, 32);
-    let wave = steps as f64;
+    let run = steps as f64;
     let cost = |ks: usize| {
         let work = (tiles * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.1);
-        // The reduction reads tiles · ks partial tiles with every SM: ~1 step's time per 48
-        // tiles' worth of partials per SM (a step moves ~36 KB per block), plus its launch.
         let reduce = if ks > 1 {
-            (tiles * ks * tile_bytes) as f64 / (slots as f64 * 36_864.0 * wave) + 2.0 / wave
+            (tiles * ks * tile_bytes) as f64 / (slots as f64 * 36_864.0 * run) + 2.0 / run
         } else {
             0.0
         };
@@ -157,7 +156,7 @@ pub fn swiglu_rows(gpu: &Gpu, h: u64, act: u64, m: usize, i: usize, limit: f32) 
         256,
         0,
     );
-    gpu.launch_named(
+    gpu.launch(
         amdahl_kernels::GEMM_SWIGLU,
         l,
         Args::new().ptr(h).ptr(act).usize(m).usize(i).f32(limit),
@@ -215,7 +214,7 @@ fn launch(
         return Ok(l.blocks());
     }
     let r = Launch::new(((rows * tokens).div_ceil(1024), tiles, 1), 256, 0);
-    gpu.launch_named(
+    gpu.launch(
         amdahl_kernels::GEMM_REDUCE,
         r,
         Args::new()

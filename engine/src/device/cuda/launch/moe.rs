@@ -7,7 +7,8 @@ use crate::error::Result;
 
 use super::super::gpu::{Args, Gpu, Launch};
 use super::super::weights::GLinear;
-use super::{lin_smem, stream, tiles_for};
+use super::linear::lin_smem;
+use super::{stream, tiles_for};
 
 /// Token tiles of the block expert kernels: with many experts each gets a few tokens, so one
 /// tile (looping for the rare busy expert) keeps registers low; prefill uses four; a single

@@ -1,6 +1,6 @@
-//! When the streamed decode kernels (linear.cu `stream_*`: per-warp shared-memory rings filled
-//! by bulk async copies, sm_90+) run, and their geometry: one block of 8 warps per SM, each warp
-//! with `stages` stages of 4 KiB (+ FP4 scales) per matrix.
+//! When the streamed decode kernels (linear_stream.cu `stream_*`: per-warp shared-memory rings
+//! filled by bulk async copies, sm_90+) run, and their geometry: one block of 8 warps per SM,
+//! each warp with `stages` stages of 4 KiB (+ FP4 scales) per matrix.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
