@@ -31,16 +31,6 @@ struct GemmGeo {
     static constexpr int WN = BM / (8 * (8 / WROWS));  // n8 token tiles per warp
 };
 
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-    const u32 a = (u32)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    const u32 a = (u32)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
-}
-
 template <int FMT, int BM>
 __device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, int xe, void* y, int ldy,
                             int M, int N, int K, int out_bf16, int splits, float* __restrict__ ws) {
