@@ -2,10 +2,17 @@
 //! buffers, and checked kernel launches. Buffers are plain device pointers owned by [`DevBuf`]
 //! (freed on drop); kernels take them as `u64` arguments, so a step's launches are identical
 //! whether run eagerly or recorded into a CUDA graph. cudarc's event tracking is disabled: this
-//! worker orders its single stream itself (GPU.md: tracking breaks stream capture).
+//! worker orders its streams itself (GPU.md: tracking breaks stream capture).
+//!
+//! Launches go to the main stream, or, between [`Gpu::fork`] and the end of its closure, to the
+//! side stream: independent chains of a step (the kv path next to the q path, the shared expert
+//! next to the router) run concurrently, in eager runs and as parallel branches of a captured
+//! graph alike. The side stream has its own split-K workspace, so concurrent split linears never
+//! share partial tiles or counters.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::result as drv;
 use cudarc::driver::sys;
@@ -189,11 +196,24 @@ pub struct Gpu {
     pub info: GpuInfo,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// The second stream [`Gpu::fork`] sends launches to.
+    side: Arc<CudaStream>,
+    /// Launches (and copies, memsets, split workspaces) currently go to `side`.
+    on_side: AtomicBool,
+    /// A fork's side work has not been joined into the main stream yet.
+    unjoined: AtomicBool,
+    /// Whether forks run on the side stream (`AMDAHL_FORK=0`: on the main one, in order).
+    forks: AtomicBool,
+    /// Fork (main → side) and join (side → main) events, reused by every fork.
+    fork_ev: Event,
+    join_ev: Event,
     _modules: Vec<Arc<CudaModule>>,
     funcs: HashMap<String, sys::CUfunction>,
-    /// Split-K workspace of the dense linear: partial tiles, then one arrival counter per
-    /// tile (zero between launches: the last block of a tile resets its counter).
+    /// Split-K workspaces of the dense linear, main and side stream: partial tiles, then one
+    /// arrival counter per tile (zero between launches: the last block of a tile resets its
+    /// counter).
     split_ws: Option<DevBuf>,
+    side_ws: Option<DevBuf>,
 }
 
 /// Bytes of split-K partial tiles the decode kernels may use, and tile counters, in
@@ -231,6 +251,18 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(|e| dev_err("creating a stream", e))?;
+        let side = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating the side stream", e))?;
+        let sync_event = || {
+            drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map(|ev| Event {
+                    ev,
+                    ctx: ctx.clone(),
+                })
+                .map_err(|e| dev_err("creating a fork event", e))
+        };
+        let (fork_ev, join_ev) = (sync_event()?, sync_event()?);
         let cc = ctx
             .compute_capability()
             .map_err(|e| dev_err("compute capability", e))?;
@@ -295,20 +327,101 @@ impl Gpu {
             info,
             ctx,
             stream,
+            side,
+            on_side: AtomicBool::new(false),
+            unjoined: AtomicBool::new(false),
+            forks: AtomicBool::new(std::env::var("AMDAHL_FORK").map_or(true, |v| v != "0")),
+            fork_ev,
+            join_ev,
             _modules: modules,
             funcs,
             split_ws: None,
+            side_ws: None,
         };
         let ws = gpu.zeros(SPLIT_WS_BYTES + SPLIT_COUNTERS * 4)?;
+        let side_ws = gpu.zeros(SPLIT_WS_BYTES + SPLIT_COUNTERS * 4)?;
         gpu.sync()?;
         gpu.split_ws = Some(ws);
+        gpu.side_ws = Some(side_ws);
         Ok(gpu)
     }
 
-    /// The split-K workspace: (partial tiles, tile counters) device pointers.
+    /// The split-K workspace of the stream launches go to: (partial tiles, tile counters)
+    /// device pointers.
     pub fn split_ws(&self) -> (u64, u64) {
-        let p = self.split_ws.as_ref().map_or(0, |b| b.ptr);
+        let ws = if self.on_side.load(Ordering::Relaxed) {
+            &self.side_ws
+        } else {
+            &self.split_ws
+        };
+        let p = ws.as_ref().map_or(0, |b| b.ptr);
         (p, p + SPLIT_WS_BYTES as u64)
+    }
+
+    /// Runs `side` with every launch on the side stream, after all the main stream's work so
+    /// far; the main stream goes on at once. [`Gpu::join`] makes the main stream wait for it.
+    /// With `AMDAHL_FORK=0` the side work runs on the main stream, in order.
+    pub fn fork(&self, side: impl FnOnce() -> Result<()>) -> Result<()> {
+        if !self.forks.load(Ordering::Relaxed) {
+            return side();
+        }
+        if self.on_side.load(Ordering::Relaxed) || self.unjoined.load(Ordering::Relaxed) {
+            return Err(EngineError::Device(
+                "a fork inside an unjoined fork (one side stream only)".into(),
+            ));
+        }
+        // SAFETY: live events and streams of this context.
+        unsafe {
+            sys::cuEventRecord(self.fork_ev.ev, self.stream.cu_stream())
+                .result()
+                .map_err(|e| dev_err("recording the fork event", e))?;
+            sys::cuStreamWaitEvent(self.side.cu_stream(), self.fork_ev.ev, 0)
+                .result()
+                .map_err(|e| dev_err("side stream waiting on the fork", e))?;
+        }
+        self.on_side.store(true, Ordering::Relaxed);
+        self.unjoined.store(true, Ordering::Relaxed);
+        let r = side();
+        self.on_side.store(false, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { sys::cuEventRecord(self.join_ev.ev, self.side.cu_stream()) }
+            .result()
+            .map_err(|e| dev_err("recording the join event", e))?;
+        if r.is_err() {
+            // The step fails; leave the streams joined so the next one starts clean.
+            self.join()?;
+        }
+        r
+    }
+
+    /// Turns the side stream on or off for later forks (off: their work runs in order on the
+    /// main stream; the tests compare the two).
+    pub fn set_forks(&self, on: bool) -> Result<()> {
+        self.check_joined("switching forks")?;
+        self.forks.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes the main stream wait for the side work of the last [`Gpu::fork`].
+    pub fn join(&self) -> Result<()> {
+        if !self.unjoined.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        // SAFETY: live event and stream of this context.
+        unsafe { sys::cuStreamWaitEvent(self.stream.cu_stream(), self.join_ev.ev, 0) }
+            .result()
+            .map_err(|e| dev_err("joining the side stream", e))
+    }
+
+    /// An error when a fork's side work is still unjoined (before stage marks, capture ends
+    /// and synchronizations, which would otherwise race with it or see it unfinished).
+    fn check_joined(&self, what: &str) -> Result<()> {
+        if self.unjoined.load(Ordering::Relaxed) {
+            return Err(EngineError::Device(format!(
+                "{what} while a fork's side work is unjoined (Gpu::join missing)"
+            )));
+        }
+        Ok(())
     }
 
     pub fn bind(&self) -> Result<()> {
@@ -321,8 +434,13 @@ impl Gpu {
         &self.stream
     }
 
+    /// The stream launches go to now: the main one, or the side one inside a fork.
     pub fn cu_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
+        if self.on_side.load(Ordering::Relaxed) {
+            self.side.cu_stream()
+        } else {
+            self.stream.cu_stream()
+        }
     }
 
     /// Allocates `bytes` (at least 1) of device memory.
@@ -428,6 +546,7 @@ impl Gpu {
     }
 
     pub fn sync(&self) -> Result<()> {
+        self.check_joined("a stream synchronize")?;
         self.stream
             .synchronize()
             .map_err(|e| dev_err("stream synchronize (a kernel may have faulted)", e))
@@ -491,6 +610,7 @@ impl Gpu {
     /// Records `ev` on the stream. Inside a stream capture the record must be an external one
     /// (CU_EVENT_RECORD_EXTERNAL) to give a usable timestamp at replay.
     pub fn record(&self, ev: &Event, capturing: bool) -> Result<()> {
+        self.check_joined("an event record")?;
         let flags = if capturing { 1 } else { 0 };
         // SAFETY: live event and stream of this context.
         unsafe { sys::cuEventRecordWithFlags(ev.ev, self.cu_stream(), flags) }
@@ -507,6 +627,7 @@ impl Gpu {
 
     /// Ends the capture and instantiates the graph.
     pub fn end_capture(&self) -> Result<cudarc::driver::CudaGraph> {
+        self.check_joined("the end of a stream capture")?;
         self.stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .map_err(|e| dev_err("end stream capture", e))?

@@ -59,6 +59,78 @@ impl GpuModel {
         )?);
 
         tm.mark(g, Stage::AttnProj, cap)?;
+        // The kv row and the compressor depend only on the normed input: they run on the side
+        // stream while the q path runs here.
+        g.fork(|| {
+            tm.count(k::linear(
+                g,
+                &a.wkv,
+                bf.u_bf.ptr(),
+                d,
+                bf.kv_f32.ptr(),
+                hd,
+                t,
+                false,
+            )?);
+            tm.count(k::kv_prep(
+                g,
+                bf.kv_f32.ptr(),
+                a.kv_norm.ptr(),
+                hd,
+                eps,
+                meta.row_pos,
+                rope,
+                bf.kv_bf.ptr(),
+                t,
+            )?);
+            if let (Some(cw), Some(entries), Some(state)) =
+                (&a.compressor, &st.entries, &st.comp_state)
+            {
+                let wd = cw.width();
+                tm.count(k::linear(
+                    g,
+                    &cw.wkv,
+                    bf.u_bf.ptr(),
+                    d,
+                    bf.comp_kv.ptr(),
+                    wd,
+                    t,
+                    false,
+                )?);
+                tm.count(k::linear(
+                    g,
+                    &cw.wgate,
+                    bf.u_bf.ptr(),
+                    d,
+                    bf.comp_gate.ptr(),
+                    wd,
+                    t,
+                    false,
+                )?);
+                tm.count(k::compressor_update(
+                    g,
+                    CompArgs {
+                        ckv: bf.comp_kv.ptr(),
+                        cgate: bf.comp_gate.ptr(),
+                        width: wd,
+                        ape: cw.ape.ptr(),
+                        norm_w: cw.norm.ptr(),
+                        dim: cw.dim,
+                        ratio: cw.ratio,
+                        overlap: cw.overlap,
+                        state: state.ptr(),
+                        entries: entries.ptr(),
+                        entries_bf16: true,
+                        max_entries: st.max_entries,
+                    },
+                    eps,
+                    meta,
+                    rope,
+                    b,
+                )?);
+            }
+            Ok(())
+        })?;
         let ql = c.q_lora_rank;
         tm.count(k::linear(
             g,
@@ -92,120 +164,59 @@ impl GpuModel {
             false,
         )?);
         tm.count(k::q_prep(g, bf.q.ptr(), h, hd, eps, meta.row_pos, rope, t)?);
-        tm.count(k::linear(
-            g,
-            &a.wkv,
-            bf.u_bf.ptr(),
-            d,
-            bf.kv_f32.ptr(),
-            hd,
-            t,
-            false,
-        )?);
-        tm.count(k::kv_prep(
-            g,
-            bf.kv_f32.ptr(),
-            a.kv_norm.ptr(),
-            hd,
-            eps,
-            meta.row_pos,
-            rope,
-            bf.kv_bf.ptr(),
-            t,
-        )?);
-        if let (Some(cw), Some(entries), Some(state)) = (&a.compressor, &st.entries, &st.comp_state)
-        {
-            let wd = cw.width();
-            tm.count(k::linear(
-                g,
-                &cw.wkv,
-                bf.u_bf.ptr(),
-                d,
-                bf.comp_kv.ptr(),
-                wd,
-                t,
-                false,
-            )?);
-            tm.count(k::linear(
-                g,
-                &cw.wgate,
-                bf.u_bf.ptr(),
-                d,
-                bf.comp_gate.ptr(),
-                wd,
-                t,
-                false,
-            )?);
-            tm.count(k::compressor_update(
-                g,
-                CompArgs {
-                    ckv: bf.comp_kv.ptr(),
-                    cgate: bf.comp_gate.ptr(),
-                    width: wd,
-                    ape: cw.ape.ptr(),
-                    norm_w: cw.norm.ptr(),
-                    dim: cw.dim,
-                    ratio: cw.ratio,
-                    overlap: cw.overlap,
-                    state: state.ptr(),
-                    entries: entries.ptr(),
-                    entries_bf16: true,
-                    max_entries: st.max_entries,
-                },
-                eps,
-                meta,
-                rope,
-                b,
-            )?);
-        }
+        g.join()?;
 
         let mut topk_ptr = 0u64;
         let mut topk = 0usize;
         if let (Some(ix), Some(keys), Some(istate)) = (&a.indexer, &st.idx_keys, &st.idx_state) {
             tm.mark(g, Stage::Indexer, cap)?;
+            // The indexer's compressor runs on the side stream next to its query projection.
             let cw = &ix.comp;
-            let wd = cw.width();
-            tm.count(k::linear(
-                g,
-                &cw.wkv,
-                bf.u_bf.ptr(),
-                d,
-                bf.idx_kv.ptr(),
-                wd,
-                t,
-                false,
-            )?);
-            tm.count(k::linear(
-                g,
-                &cw.wgate,
-                bf.u_bf.ptr(),
-                d,
-                bf.idx_gate.ptr(),
-                wd,
-                t,
-                false,
-            )?);
-            tm.count(k::compressor_update(
-                g,
-                CompArgs {
-                    ckv: bf.idx_kv.ptr(),
-                    cgate: bf.idx_gate.ptr(),
-                    width: wd,
-                    ape: cw.ape.ptr(),
-                    norm_w: cw.norm.ptr(),
-                    dim: cw.dim,
-                    ratio: cw.ratio,
-                    overlap: cw.overlap,
-                    state: istate.ptr(),
-                    entries: keys.ptr(),
-                    entries_bf16: false,
-                    max_entries: st.max_entries,
-                },
-                eps,
-                meta,
-                rope,
-                b,
-            )?);
+            g.fork(|| {
+                let wd = cw.width();
+                tm.count(k::linear(
+                    g,
+                    &cw.wkv,
+                    bf.u_bf.ptr(),
+                    d,
+                    bf.idx_kv.ptr(),
+                    wd,
+                    t,
+                    false,
+                )?);
+                tm.count(k::linear(
+                    g,
+                    &cw.wgate,
+                    bf.u_bf.ptr(),
+                    d,
+                    bf.idx_gate.ptr(),
+                    wd,
+                    t,
+                    false,
+                )?);
+                tm.count(k::compressor_update(
+                    g,
+                    CompArgs {
+                        ckv: bf.idx_kv.ptr(),
+                        cgate: bf.idx_gate.ptr(),
+                        width: wd,
+                        ape: cw.ape.ptr(),
+                        norm_w: cw.norm.ptr(),
+                        dim: cw.dim,
+                        ratio: cw.ratio,
+                        overlap: cw.overlap,
+                        state: istate.ptr(),
+                        entries: keys.ptr(),
+                        entries_bf16: false,
+                        max_entries: st.max_entries,
+                    },
+                    eps,
+                    meta,
+                    rope,
+                    b,
+                )?);
+                Ok(())
+            })?;
             let (hi, di) = (ix.heads, ix.dim);
             tm.count(k::linear(
                 g,
@@ -236,6 +247,7 @@ impl GpuModel {
                 t,
                 false,
             )?);
+            g.join()?;
             tm.count(k::indexer_scores(
                 g,
                 bf.iq.ptr(),
@@ -301,17 +313,21 @@ impl GpuModel {
             bf.attn_out.ptr(),
             t,
         )?);
-        tm.count(k::ring_store(
-            g,
-            bf.kv_bf.ptr(),
-            st.ring.ptr(),
-            c.sliding_window,
-            hd,
-            meta,
-            b,
-        )?);
-
         tm.mark(g, Stage::AttnProj, cap)?;
+        // This step's kv row enters the ring (read by the next step only) next to the output
+        // projections.
+        g.fork(|| {
+            tm.count(k::ring_store(
+                g,
+                bf.kv_bf.ptr(),
+                st.ring.ptr(),
+                c.sliding_window,
+                hd,
+                meta,
+                b,
+            )?);
+            Ok(())
+        })?;
         let groups: usize = a.wo_a.iter().map(|w| w.experts).sum();
         let gi = h * hd / groups;
         let ol = c.o_lora_rank;
@@ -339,6 +355,8 @@ impl GpuModel {
             t,
             false,
         )?);
+
+        g.join()?;
 
         tm.mark(g, Stage::Mhc, cap)?;
         tm.count(k::hc_post(
@@ -426,6 +444,83 @@ pub(crate) fn moe_forward(
     let d = m.w1.cols;
     let kk = m.top_k;
     let e = m.n_experts;
+    let mut shared = 0u64;
+    // The shared expert needs only the normed input: it runs on the side stream next to the
+    // router, the plan and the routed experts, and joins before the combine.
+    g.fork(|| {
+        if let Some([w1, w3, w2]) = &m.shared
+            && 2 * w1.rows <= d
+            && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
+            && k::gemm::gemm_applies(w2, t, w1.rows, bf.sh_act.ptr())
+        {
+            // Many tokens: the tiled GEMM for both up projections in one launch into sh_y (free
+            // until the down projection, [t, 2·inter] ≤ [t, d]), the SwiGLU, and the down projection.
+            tm.count(k::gemm::gemm_pair(
+                g,
+                w1,
+                w3,
+                bf.u_bf.ptr(),
+                d,
+                bf.sh_y.ptr(),
+                t,
+            )?);
+            tm.count(k::gemm::swiglu_rows(
+                g,
+                bf.sh_y.ptr(),
+                bf.sh_act.ptr(),
+                t,
+                w1.rows,
+                m.limit,
+            )?);
+            tm.count(k::linear(
+                g,
+                w2,
+                bf.sh_act.ptr(),
+                w1.rows,
+                bf.sh_y.ptr(),
+                d,
+                t,
+                false,
+            )?);
+            shared = bf.sh_y.ptr();
+        } else if let Some([w1, w3, w2]) = &m.shared {
+            tm.count(k::plan_identity(
+                g,
+                t,
+                bf.sh_offsets.ptr(),
+                bf.sh_tok.ptr(),
+                bf.sh_wt.ptr(),
+                bf.sh_act_list.ptr(),
+            )?);
+            let sh = k::MoePlan {
+                offsets: bf.sh_offsets.ptr(),
+                act_list: bf.sh_act_list.ptr(),
+                slots: 1,
+                tokens: t,
+            };
+            tm.count(k::moe_up(
+                g,
+                w1,
+                w3,
+                bf.u_bf.ptr(),
+                d,
+                sh,
+                bf.sh_tok.ptr(),
+                bf.sh_act.ptr(),
+                m.limit,
+            )?);
+            tm.count(k::moe_down(
+                g,
+                w2,
+                bf.sh_act.ptr(),
+                sh,
+                bf.sh_wt.ptr(),
+                bf.sh_y.ptr(),
+            )?);
+            shared = bf.sh_y.ptr();
+        }
+        Ok(())
+    })?;
     tm.count(k::linear_f32x(
         g,
         &m.router,
@@ -489,78 +584,7 @@ pub(crate) fn moe_forward(
         bf.wt_of.ptr(),
         bf.y_slot.ptr(),
     )?);
-    let mut shared = 0u64;
-    if let Some([w1, w3, w2]) = &m.shared
-        && 2 * w1.rows <= d
-        && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
-        && k::gemm::gemm_applies(w2, t, w1.rows, bf.sh_act.ptr())
-    {
-        // Many tokens: the tiled GEMM for both up projections in one launch into sh_y (free
-        // until the down projection, [t, 2·inter] ≤ [t, d]), the SwiGLU, and the down projection.
-        tm.count(k::gemm::gemm_pair(
-            g,
-            w1,
-            w3,
-            bf.u_bf.ptr(),
-            d,
-            bf.sh_y.ptr(),
-            t,
-        )?);
-        tm.count(k::gemm::swiglu_rows(
-            g,
-            bf.sh_y.ptr(),
-            bf.sh_act.ptr(),
-            t,
-            w1.rows,
-            m.limit,
-        )?);
-        tm.count(k::linear(
-            g,
-            w2,
-            bf.sh_act.ptr(),
-            w1.rows,
-            bf.sh_y.ptr(),
-            d,
-            t,
-            false,
-        )?);
-        shared = bf.sh_y.ptr();
-    } else if let Some([w1, w3, w2]) = &m.shared {
-        tm.count(k::plan_identity(
-            g,
-            t,
-            bf.sh_offsets.ptr(),
-            bf.sh_tok.ptr(),
-            bf.sh_wt.ptr(),
-            bf.sh_act_list.ptr(),
-        )?);
-        let sh = k::MoePlan {
-            offsets: bf.sh_offsets.ptr(),
-            act_list: bf.sh_act_list.ptr(),
-            slots: 1,
-            tokens: t,
-        };
-        tm.count(k::moe_up(
-            g,
-            w1,
-            w3,
-            bf.u_bf.ptr(),
-            d,
-            sh,
-            bf.sh_tok.ptr(),
-            bf.sh_act.ptr(),
-            m.limit,
-        )?);
-        tm.count(k::moe_down(
-            g,
-            w2,
-            bf.sh_act.ptr(),
-            sh,
-            bf.sh_wt.ptr(),
-            bf.sh_y.ptr(),
-        )?);
-        shared = bf.sh_y.ptr();
-    }
+    g.join()?;
     tm.count(k::moe_combine(
         g,
         bf.y_slot.ptr(),

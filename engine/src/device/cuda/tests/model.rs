@@ -507,6 +507,99 @@ fn graph_replay_equals_eager() {
     );
 }
 
+/// Side-stream forks (kv path, compressors, shared expert) give the in-order launches' logits
+/// exactly, eagerly and replayed as a graph, on a model with compressed layers, an indexer and
+/// a shared expert, for decode rows and a 40-token chunk (the shared expert on the GEMM).
+#[test]
+fn forked_streams_equal_in_order_launches() {
+    let Some(gp) = gpu() else { return };
+    let spec = specs().remove(1).1;
+    let d = write_spec(&spec, 41);
+    let cpu = DeepseekV4::load(d.path()).unwrap();
+    let forked = GpuModel::from_cpu(gp, &cpu, lim(128)).unwrap();
+    let ordered = GpuModel::from_cpu(super::gpu().unwrap(), &cpu, lim(128)).unwrap();
+    ordered.gpu.set_forks(false).unwrap();
+    let mut rng = Rng::new(9);
+    let prompts: Vec<Vec<u32>> = [40usize, 7, 19]
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.below(spec.vocab) as u32).collect())
+        .collect();
+    let logits = |g: &GpuModel, seqs: &[StepSeq<'_>]| -> Vec<f32> {
+        let (m, _) = g.forward(seqs).unwrap();
+        m.iter().flat_map(|m| m.data.clone()).collect()
+    };
+    let prefill: Vec<StepSeq<'_>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| StepSeq {
+            slot: i,
+            start: 0,
+            tokens: p,
+            logits: LogitRows::All,
+            sample: None,
+        })
+        .collect();
+    let (a, b) = (logits(&forked, &prefill), logits(&ordered, &prefill));
+    assert!(!a.is_empty() && a.iter().all(|v| v.is_finite()));
+    assert_eq!(rel_l2(&a, &b), 0.0, "prefill: forked logits differ");
+    let next: Vec<Vec<u32>> = (0..3).map(|i| vec![(i * 7 + 3) as u32]).collect();
+    for step in 0..3 {
+        let seqs: Vec<StepSeq<'_>> = next
+            .iter()
+            .enumerate()
+            .map(|(i, t)| StepSeq {
+                slot: i,
+                start: prompts[i].len() + step,
+                tokens: t,
+                logits: LogitRows::Last,
+                sample: Some(SampleRow::greedy()),
+            })
+            .collect();
+        if step < 2 {
+            let (a, b) = (logits(&forked, &seqs), logits(&ordered, &seqs));
+            assert_eq!(
+                rel_l2(&a, &b),
+                0.0,
+                "decode step {step}: forked logits differ"
+            );
+            continue;
+        }
+        // The last step as a captured graph with forks against the in-order eager step.
+        let plan = forked.plan(&seqs, Some(4)).unwrap();
+        forked.upload_meta(&plan).unwrap();
+        forked.gpu.begin_capture().unwrap();
+        let mut tm = StageTimer::new(false);
+        forked.launch_forward(plan.shape, true, &mut tm).unwrap();
+        let graph = forked.gpu.end_capture().unwrap();
+        graph.launch().unwrap();
+        let replay = forked.read_logits(3).unwrap();
+        let eager = logits(&ordered, &seqs);
+        assert_eq!(
+            rel_l2(&replay, &eager),
+            0.0,
+            "forked graph differs from in-order eager"
+        );
+    }
+}
+
+/// A fork's side work must be joined before the stream is synchronized, an event is recorded or
+/// forks are switched; forks do not nest; a failing side closure leaves the streams joined.
+#[test]
+fn unjoined_forks_are_refused() {
+    let Some(g) = gpu() else { return };
+    let buf = g.zeros(64).unwrap();
+    g.fork(|| g.memset(&buf, 7)).unwrap();
+    assert!(g.sync().is_err(), "sync with an unjoined fork");
+    assert!(g.set_forks(false).is_err());
+    assert!(g.fork(|| Ok(())).is_err(), "nested fork");
+    g.join().unwrap();
+    g.sync().unwrap();
+    assert_eq!(g.read::<u8>(&buf, 0, 64).unwrap(), vec![7u8; 64]);
+    let failed = g.fork(|| Err(crate::error::EngineError::Device("side failure".into())));
+    assert!(failed.is_err());
+    g.sync().unwrap();
+}
+
 /// The trained default model answers arithmetic on the GPU.
 #[test]
 fn arith_model_answers_on_the_gpu() {
