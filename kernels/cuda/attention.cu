@@ -35,6 +35,7 @@ __device__ __forceinline__ void rope4(float4& v, int c4, int d, int rd, const fl
 extern "C" __global__ void __launch_bounds__(256) q_prep(
     float* __restrict__ q, int H, int d, float eps, const int* __restrict__ row_pos,
     const float* __restrict__ inv_freq, int rd, float rope_scale) {
+    pdl_enter();
     const int t = blockIdx.y;
     const int lane = threadIdx.x & 31, h = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (h >= H) return;
@@ -77,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) q_prep(
 extern "C" __global__ void rope_heads(float* __restrict__ x, int heads, int width,
                                       const int* __restrict__ row_pos,
                                       const float* __restrict__ inv_freq, int rd, float rope_scale) {
+    pdl_enter();
     const int t = blockIdx.x;
     const int pos = row_pos[t];
     const int pairs = rd / 2;
@@ -92,6 +94,7 @@ extern "C" __global__ void __launch_bounds__(256) kv_prep(
     const float* __restrict__ kv, const float* __restrict__ nw, int d, float eps,
     const int* __restrict__ row_pos, const float* __restrict__ inv_freq, int rd, float rope_scale,
     u16* __restrict__ out) {
+    pdl_enter();
     extern __shared__ float sv[];
     __shared__ float scratch[33];
     const int t = blockIdx.x;
@@ -153,6 +156,7 @@ extern "C" __global__ void __launch_bounds__(1024) compressor_update(
     const int* __restrict__ seq_n, const int* __restrict__ seq_row0, float* __restrict__ state,
     void* __restrict__ entries, int entries_bf16, int maxE, const float* __restrict__ inv_freq,
     int rd, float rope_scale) {
+    pdl_enter();
     extern __shared__ float sv[];
     __shared__ float scratch[33];
     const int b = blockIdx.x;
@@ -224,6 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(
     const float* __restrict__ q, const float* __restrict__ wts, const float* __restrict__ keys,
     int HI, int dI, int m, int maxE, const int* __restrict__ row_seq,
     const int* __restrict__ row_pos, const int* __restrict__ seq_slot, float* __restrict__ scores) {
+    pdl_enter();
     extern __shared__ float sq[];
     float* sw = sq + HI * dI;
     const int t = blockIdx.y;
@@ -266,6 +271,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(
 extern "C" __global__ void __launch_bounds__(1024) topk_select(
     const float* __restrict__ scores, int maxE, int m, int topk, const int* __restrict__ row_pos,
     int* __restrict__ out) {
+    pdl_enter();
     __shared__ int hist[256];
     __shared__ int sh[4];  // prefix, remaining
     __shared__ int scan_scratch[33];
@@ -357,6 +363,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
     const int* __restrict__ row_seq, const int* __restrict__ row_pos,
     const int* __restrict__ seq_slot, const int* __restrict__ seq_start,
     const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part) {
+    pdl_enter();
     extern __shared__ __align__(16) u8 smem_raw[];
     const int ld = d + ATT_PAD;  // bf16 per shared row: rows 16 bytes apart in the banks
     u16* qs = reinterpret_cast<u16*>(smem_raw);                  // [ATT_HG][ld] q's bf16 part
@@ -553,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const float* __restrict__ o_part, const float* __restrict__ ml_part,
     const float* __restrict__ sinks, int H, int d, int splits, const int* __restrict__ row_pos,
     const float* __restrict__ inv_freq, int rd, float rope_scale, u16* __restrict__ out) {
+    pdl_enter();
     __shared__ float sw[ATT_MAX_SPLITS];
     __shared__ float scratch[33];
     const int h = blockIdx.x, t = blockIdx.y;
@@ -598,6 +606,7 @@ extern "C" __global__ void ring_store(const u16* __restrict__ kv_step, u16* __re
                                       const int* __restrict__ seq_start,
                                       const int* __restrict__ seq_n,
                                       const int* __restrict__ seq_row0) {
+    pdl_enter();
     const int b = blockIdx.x;
     const int slot = seq_slot[b], start = seq_start[b], n = seq_n[b], row0 = seq_row0[b];
     const int end = start + n;

@@ -212,3 +212,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Programmatic dependent launch (sm_90+, modules compiled with AMDAHL_PDL defined, which the
+// host then launches as programmatic dependents; otherwise empty). Every kernel calls
+// `pdl_enter()` first: it waits until the kernel before it on the stream has finished and its
+// writes are visible, then lets the next kernel start launching, so the next grid's blocks are
+// resident and waiting when this one ends instead of being launched after it. Nothing before `pdl_enter()` may touch global memory (weights, which do not depend
+// on earlier kernels, could be prefetched into L2 there: the planned next step).
+__device__ __forceinline__ void pdl_enter() {
+#if defined(AMDAHL_PDL) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

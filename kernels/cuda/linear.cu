@@ -416,17 +416,17 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
     extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) linear_##NAME##_nt##NT(    \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, float* ws,  \
-        unsigned* cnt) {                                                                                 \
+        unsigned* cnt) { pdl_enter();                                                                    \
         linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16, ws, cnt);                           \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) moe_up_##NAME##_nt##NT(    \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
-        const int* act_list, u16* act, int N, int K, float limit) {                                      \
+        const int* act_list, u16* act, int N, int K, float limit) { pdl_enter();                         \
         moe_up_kernel<FMT, NT>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);             \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) moe_down_##NAME##_nt##NT(  \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
-        int N, int K) {                                                                                  \
+        int N, int K) { pdl_enter();                                                                     \
         moe_down_kernel<FMT, NT>(w2, act, offsets, wt, act_list, y, N, K);                               \
     }
 
@@ -435,12 +435,12 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 #define WARP_ENTRY(NAME, FMT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_up_w_##NAME(                               \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
-        const int* act_list, u16* act, int N, int K, float limit) {                                      \
+        const int* act_list, u16* act, int N, int K, float limit) { pdl_enter();                         \
         moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);         \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_down_w_##NAME(                             \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
-        int N, int K) {                                                                                  \
+        int N, int K) { pdl_enter();                                                                     \
         moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K);  \
     }
 
@@ -566,7 +566,7 @@ __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx
 #define F32X_ENTRY(NAME, FMT)                                                             \
     extern "C" __global__ void __launch_bounds__(256)                                     \
         linear_f32x_##NAME(WDesc d, const float* x, int ldx, float* y, int M, int N, int K,  \
-                           float* ws, unsigned* cnt) {                                    \
+                           float* ws, unsigned* cnt) { pdl_enter();                       \
         linear_f32x_kernel<FMT>(d, x, ldx, y, M, N, K, ws, cnt);                          \
     }
 

@@ -206,6 +206,7 @@ __device__ void gemm_kernel(WDesc d, const u16* __restrict__ x, int ldx, int xe,
 extern "C" __global__ void __launch_bounds__(256) gemm_reduce(const float* __restrict__ ws, void* y, int ldy,
                                                               int M, int N, int bn, int bm, int tiles_x,
                                                               int tiles_y, int splits, int out_bf16) {
+    pdl_enter();
     const int tile = blockIdx.y;
     const int tx = tile % tiles_x, ty = (tile / tiles_x) % tiles_y, e = tile / (tiles_x * tiles_y);
     const int i = (blockIdx.x * 256 + threadIdx.x) * 4;
@@ -242,6 +243,7 @@ extern "C" __global__ void __launch_bounds__(256) gemm_reduce(const float* __res
 // bf16, h = [W1x | W3x] f32 rows of 2I.
 extern "C" __global__ void gemm_swiglu(const float* __restrict__ h, u16* __restrict__ act, int M, int I,
                                        float limit) {
+    pdl_enter();
     const i64 n = (i64)M * I;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const i64 m = i / I, j = i % I;
@@ -252,12 +254,12 @@ extern "C" __global__ void gemm_swiglu(const float* __restrict__ h, u16* __restr
 #define GEMM_ENTRY(NAME, FMT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 64)) gemm_##NAME##_m64(       \
         WDesc d, const u16* x, int ldx, int xe, void* y, int ldy, int M, int N, int K, int out_bf16,     \
-        int splits, float* ws) {                                                                         \
+        int splits, float* ws) { pdl_enter();                                                            \
         gemm_kernel<FMT, 64>(d, x, ldx, xe, y, ldy, M, N, K, out_bf16, splits, ws);                      \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, GEMM_MIN_BLOCKS(FMT, 128)) gemm_##NAME##_m128(       \
         WDesc d, const u16* x, int ldx, int xe, void* y, int ldy, int M, int N, int K, int out_bf16,     \
-        int splits, float* ws) {                                                                         \
+        int splits, float* ws) { pdl_enter();                                                            \
         gemm_kernel<FMT, 128>(d, x, ldx, xe, y, ldy, M, N, K, out_bf16, splits, ws);                     \
     }
 

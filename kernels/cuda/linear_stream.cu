@@ -485,24 +485,24 @@ __device__ void stream_down_kernel(WDesc w2, const u16* __restrict__ act,
 #define STREAM_ENTRY(NAME, FMT)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_##NAME##_nt1(                      \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
-        int out_bf16, int stages, float* ws, unsigned* cnt) {                                            \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter();                               \
         stream_linear_kernel<FMT, 1>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_##NAME##_nt2(                      \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
-        int out_bf16, int stages, float* ws, unsigned* cnt) {                                            \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter();                               \
         stream_linear_kernel<FMT, 2>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_up_##NAME(                                \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
         const int* act_list, u16* act, int N, int K, float limit, int tokens, int stages, float* ws,     \
-        unsigned* cnt) {                                                                                 \
+        unsigned* cnt) { pdl_enter();                                                                    \
         stream_up_kernel<FMT>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit, tokens,       \
                               stages, ws, cnt);                                                          \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_down_##NAME(                              \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
-        int N, int K, int tokens, int stages, float* ws, unsigned* cnt) {                                \
+        int N, int K, int tokens, int stages, float* ws, unsigned* cnt) { pdl_enter();                   \
         stream_down_kernel<FMT>(w2, act, offsets, wt, act_list, y, N, K, tokens, stages, ws, cnt);       \
     }
 

@@ -11,6 +11,7 @@
 // X[t, i·D + c] = E[token_t, c] for every stream i. fmt: 0 bf16, 1 f32, 2 f16.
 extern "C" __global__ void embed_rows(const void* __restrict__ E, int fmt, const int* __restrict__ tokens,
                                       float* __restrict__ X, int D, int hc) {
+    pdl_enter();
     const int t = blockIdx.y;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= D) return;
@@ -49,6 +50,7 @@ __device__ void store_mix_partial(const float acc[MAX_MIX], float ss, float* __r
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial(
     const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ fn, int W,
     int nmix, float* __restrict__ partial) {
+    pdl_enter();
     const int part = blockIdx.x, parts = gridDim.x, row = blockIdx.y;
     const int t = sel ? sel[row] : row;
     const float* Xt = X + (i64)t * W;
@@ -172,6 +174,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     const float* __restrict__ scale, int hc, int D, int iters, float hc_eps, float norm_eps,
     const float* __restrict__ nw, float* __restrict__ mixbuf, float* __restrict__ u_f32,
     u16* __restrict__ u_bf) {
+    pdl_enter();
     extern __shared__ float su[];
     __shared__ float smix[MAX_MIX];
     __shared__ float spre[4];
@@ -243,6 +246,7 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(float* __restrict__ X,
                                                         const float* __restrict__ mixbuf, int hc, int D,
                                                         const float* __restrict__ fn_next,
                                                         float* __restrict__ partial) {
+    pdl_enter();
     const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int W = hc * D, nmix = (2 + hc) * hc;
     const float* mb = mixbuf + (i64)t * (hc + hc * hc);
@@ -316,6 +320,7 @@ extern "C" __global__ void __launch_bounds__(256) hc_head(
     const float* __restrict__ X, const int* __restrict__ sel, const float* __restrict__ partial, int parts,
     const float* __restrict__ base, float scale, int hc, int D, float hc_eps, float norm_eps,
     const float* __restrict__ nw, u16* __restrict__ out) {
+    pdl_enter();
     extern __shared__ float su[];
     __shared__ float smix[MAX_MIX];
     __shared__ float spre[4];
@@ -347,6 +352,7 @@ extern "C" __global__ void __launch_bounds__(256) hc_head(
 extern "C" __global__ void __launch_bounds__(256) norm_rows(
     const float* __restrict__ x, int ldx, const float* __restrict__ w, int D, float eps,
     float* __restrict__ out_f32, u16* __restrict__ out_bf) {
+    pdl_enter();
     __shared__ float scratch[33];
     const int t = blockIdx.x;
     const float* xr = x + (i64)t * ldx;

@@ -13,6 +13,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, in
                                      const float* __restrict__ bias, const int* __restrict__ tid2eid,
                                      const int* __restrict__ tokens, int k, float scaling,
                                      int norm_topk, int* __restrict__ ids, float* __restrict__ wts) {
+    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t >= T) return;
@@ -110,6 +111,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
     const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
     int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
     int* __restrict__ slot_of, int* __restrict__ act_list) {
+    pdl_enter();
     __shared__ int cnt[ROUTE_MAXE + 1];
     extern __shared__ int sid[];  // the assignments' experts, n ints
     for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
@@ -150,6 +152,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
 // The plan of a dense expert every token goes through with weight 1 (the shared expert).
 extern "C" __global__ void plan_identity(int T, int* __restrict__ offsets, int* __restrict__ tok_of,
                                          float* __restrict__ wt_of, int* __restrict__ act_list) {
+    pdl_enter();
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
         tok_of[t] = t;
         wt_of[t] = 1.f;
@@ -166,6 +169,7 @@ extern "C" __global__ void plan_identity(int T, int* __restrict__ offsets, int* 
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const int* __restrict__ slot_of,
                                        int k, const float* __restrict__ shared, int D,
                                        float* __restrict__ out) {
+    pdl_enter();
     const int t = blockIdx.y;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= D) return;

@@ -64,6 +64,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(
     const float* __restrict__ logits, int V, const float* __restrict__ temperature,
     const int* __restrict__ top_k, const float* __restrict__ top_p, const float* __restrict__ u,
     const int* __restrict__ banned, int* __restrict__ out) {
+    pdl_enter();
     __shared__ float scratch[33];
     __shared__ float sbins[256];
     __shared__ int sidx[32];

@@ -18,6 +18,7 @@ __device__ __forceinline__ float hash_unit(u64 seed, u64 i) {
 // Random bytes; `kind` 0: any byte; 1: E4M3 codes with exponent field in [lo, hi] (finite,
 // moderate magnitudes); 2 / 3: scale bytes (E8M0 / positive E4M3) uniform in [lo, hi].
 extern "C" __global__ void fill_bytes(u8* __restrict__ p, i64 n, u64 seed, int kind, int lo, int hi) {
+    pdl_enter();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         u32 r = hash_u32(seed * 0x9e3779b97f4a7c15ull + (u64)i);
         u8 b = (u8)(r & 0xff);
@@ -30,6 +31,7 @@ extern "C" __global__ void fill_bytes(u8* __restrict__ p, i64 n, u64 seed, int k
 // Uniform values in [-scale, scale) + offset: bf16 (is_bf16) or f32.
 extern "C" __global__ void fill_values(void* __restrict__ p, i64 n, u64 seed, float scale,
                                        float offset, int is_bf16) {
+    pdl_enter();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         float v = hash_unit(seed, (u64)i) * scale + offset;
         if (is_bf16) reinterpret_cast<u16*>(p)[i] = f2bf(v);
@@ -39,12 +41,14 @@ extern "C" __global__ void fill_values(void* __restrict__ p, i64 n, u64 seed, fl
 
 // Random ints in [0, mod).
 extern "C" __global__ void fill_ints(int* __restrict__ p, i64 n, u64 seed, int mod) {
+    pdl_enter();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
         p[i] = (int)(hash_u32(seed * 0x9e3779b97f4a7c15ull + (u64)i) % (u32)mod);
 }
 
 // Streaming copy (bandwidth probe): dst[i] = src[i] as 16-byte words.
 extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __restrict__ dst, i64 n) {
+    pdl_enter();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }

@@ -551,6 +551,37 @@ mod tests {
         }
     }
 
+    /// The host may launch every kernel as a programmatic dependent (sm_90+, `AMDAHL_PDL=1`),
+    /// which is safe only because each kernel body waits for its predecessor first:
+    /// `pdl_enter();` is the first statement of every `__global__` function.
+    #[test]
+    fn every_kernel_waits_for_its_predecessor_first() {
+        let mut kernels = 0;
+        for m in MODULES {
+            let src = m.source;
+            let mut rest = src;
+            while let Some(at) = rest.find("__global__") {
+                let after = &rest[at..];
+                // The body starts at the first `{` after the parameter list's closing `)`.
+                let open = after
+                    .find(") {")
+                    .unwrap_or_else(|| panic!("{}.cu: no body after __global__", m.name));
+                let body = after[open + 3..].trim_start_matches([' ', '\\', '\n']);
+                let first = body.split(';').next().unwrap_or("").trim();
+                assert_eq!(
+                    first,
+                    "pdl_enter()",
+                    "{}.cu: a kernel does not start with pdl_enter(): {}",
+                    m.name,
+                    &after[..open.min(160)]
+                );
+                kernels += 1;
+                rest = &after[open..];
+            }
+        }
+        assert!(kernels >= 38, "found only {kernels} kernels");
+    }
+
     #[test]
     fn full_source_starts_with_the_common_header() {
         for m in MODULES {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [prefill] [ncu] [ncufull] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [pdl] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
-# in .gpu/kcache (`amdahl kernels --arch 90 --cache .gpu/kcache`). Logs go to $OUT.
+# in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: both builds). Logs go to $OUT.
+# `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -92,6 +93,12 @@ if [[ " $what " == *" profile "* ]]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
     head -n 20 "$OUT/profile_mxfp4.txt"
   fi
+fi
+if [[ " $what " == *" pdl "* ]]; then
+  AMDAHL_PDL=1 timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+    --expert-format nvfp4 --steps 20 --json "$OUT/profile_pdl.json" >"$OUT/profile_pdl.txt" 2>&1
+  echo "profile (AMDAHL_PDL=1) rc=$?" >>"$OUT/profile_pdl.txt"
+  grep -E '^batch|copy bandwidth|rc=' "$OUT/profile_pdl.txt"
 fi
 if [[ " $what " == *" prefill "* ]]; then
   # One 8192-token prompt prefilled in chunks (after one batch-1 decode measurement).

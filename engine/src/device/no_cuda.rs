@@ -16,7 +16,11 @@ pub fn driver_present() -> bool {
 }
 
 /// Compiling kernels needs the CUDA build.
-pub fn compile_all(_arch: u32, _dir: &std::path::Path) -> Result<Vec<(&'static str, f64, bool)>> {
+pub fn compile_all(
+    _arch: u32,
+    _pdl: bool,
+    _dir: &std::path::Path,
+) -> Result<Vec<(&'static str, f64, bool)>> {
     Err(EngineError::CudaNotCompiled)
 }
 

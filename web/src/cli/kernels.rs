@@ -14,24 +14,33 @@ pub struct Args {
     /// Cache folder (default: $AMDAHL_KERNEL_CACHE or ~/.cache/amdahl/kernels).
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// Also build the programmatic-dependent-launch variant (sm_90+) that `AMDAHL_PDL=1` runs.
+    #[arg(long)]
+    pdl: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let dir = a
         .cache
         .unwrap_or_else(amdahl_engine::device::kernel_cache_dir);
-    let done = amdahl_engine::device::compile_all(a.arch, &dir)
-        .with_context(|| format!("compiling the kernels for sm_{}", a.arch))?;
-    for (m, secs, cached) in &done {
-        println!(
-            "{m:<10} sm_{} {}",
-            a.arch,
-            if *cached {
-                "cached".to_string()
-            } else {
-                format!("compiled in {secs:.1} s")
-            }
-        );
+    let variants: &[bool] = if a.pdl { &[false, true] } else { &[false] };
+    let mut done = Vec::new();
+    for &pdl in variants {
+        let built = amdahl_engine::device::compile_all(a.arch, pdl, &dir)
+            .with_context(|| format!("compiling the kernels for sm_{}", a.arch))?;
+        for (m, secs, cached) in &built {
+            println!(
+                "{m:<10} sm_{}{} {}",
+                a.arch,
+                if pdl { " pdl" } else { "" },
+                if *cached {
+                    "cached".to_string()
+                } else {
+                    format!("compiled in {secs:.1} s")
+                }
+            );
+        }
+        done.extend(built);
     }
     println!("{} modules ready in {}", done.len(), dir.display());
     Ok(())

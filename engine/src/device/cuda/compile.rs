@@ -39,12 +39,27 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 }
 
 /// Options every module is compiled with, for `sm_{arch}`.
-pub fn options(arch: u32) -> Vec<String> {
-    vec![
+pub fn options(arch: u32, pdl: bool) -> Vec<String> {
+    let mut o = vec![
         format!("--gpu-architecture=sm_{arch}"),
         "--std=c++17".into(),
         "-default-device".into(),
-    ]
+    ];
+    if pdl && pdl_arch(arch) {
+        o.push("-DAMDAHL_PDL=1".into());
+    }
+    o
+}
+
+/// Whether `sm_{arch}` has programmatic dependent launch (Hopper and later).
+pub fn pdl_arch(arch: u32) -> bool {
+    arch >= 90
+}
+
+/// Whether the kernels should be built and launched for programmatic dependent launch:
+/// `AMDAHL_PDL=1` (opt-in until it is measured on the GPU, docs/PERF.md).
+pub fn pdl_requested() -> bool {
+    std::env::var("AMDAHL_PDL").is_ok_and(|v| v == "1")
 }
 
 fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -82,10 +97,16 @@ pub struct Compiled {
 }
 
 /// CUBIN of `source` for `sm_{arch}`, from the cache in `dir` or freshly compiled (and stored).
-pub fn compile_cached(name: &str, source: &str, arch: u32, dir: &Path) -> Result<Compiled> {
+pub fn compile_cached(
+    name: &str,
+    source: &str,
+    arch: u32,
+    pdl: bool,
+    dir: &Path,
+) -> Result<Compiled> {
     let t0 = std::time::Instant::now();
     let (ma, mi) = nvrtc_version()?;
-    let opts = options(arch);
+    let opts = options(arch, pdl);
     let key = fnv1a(&[
         format!("nvrtc {ma}.{mi}").as_bytes(),
         opts.join(" ").as_bytes(),
@@ -185,13 +206,14 @@ unsafe fn program_log(prog: nv::nvrtcProgram) -> String {
     }
 }
 
-/// Compiles every module of `amdahl-kernels` for `sm_{arch}` into `dir` (CI's compile check and
-/// the pre-fill of a cache carried to a GPU machine). Returns (module, seconds, cached).
-pub fn compile_all(arch: u32, dir: &Path) -> Result<Vec<(&'static str, f64, bool)>> {
+/// Compiles every module of `amdahl-kernels` for `sm_{arch}` (`pdl`: the programmatic-launch
+/// build) into `dir` (CI's compile check and the pre-fill of a cache carried to a GPU machine).
+/// Returns (module, seconds, cached).
+pub fn compile_all(arch: u32, pdl: bool, dir: &Path) -> Result<Vec<(&'static str, f64, bool)>> {
     amdahl_kernels::MODULES
         .iter()
         .map(|m| {
-            let c = compile_cached(m.name, &m.full_source(), arch, dir)?;
+            let c = compile_cached(m.name, &m.full_source(), arch, pdl, dir)?;
             Ok((m.name, c.seconds, c.cached))
         })
         .collect()

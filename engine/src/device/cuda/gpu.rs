@@ -204,6 +204,9 @@ pub struct Gpu {
     unjoined: AtomicBool,
     /// Whether forks run on the side stream (`AMDAHL_FORK=0`: on the main one, in order).
     forks: AtomicBool,
+    /// The kernels were built with `pdl_enter()` waits and are launched as programmatic
+    /// dependents of the one before them (sm_90+, opt-in: [`Gpu::open_with`], `AMDAHL_PDL=1`).
+    pdl: bool,
     /// Fork (main → side) and join (side → main) events, reused by every fork.
     fork_ev: Event,
     join_ev: Event,
@@ -232,8 +235,14 @@ impl std::fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens GPU `ordinal`, compiles (or loads from the cache) every kernel module for its
-    /// architecture and resolves every entry point.
+    /// architecture and resolves every entry point; programmatic launches with `AMDAHL_PDL=1`.
     pub fn open(ordinal: usize) -> Result<Self> {
+        Self::open_with(ordinal, compile::pdl_requested())
+    }
+
+    /// [`Gpu::open`] with the kernels built and launched for programmatic dependent launch
+    /// (`pdl`, where the GPU has it) or not.
+    pub fn open_with(ordinal: usize, pdl: bool) -> Result<Self> {
         if !driver_present() {
             return Err(EngineError::Device(
                 "the CUDA driver (libcuda) was not found on this machine; use --device cpu".into(),
@@ -280,11 +289,12 @@ impl Gpu {
             max_smem_optin,
         };
         let arch = (cc.0 * 10 + cc.1) as u32;
+        let pdl = pdl && compile::pdl_arch(arch);
         let dir = compile::cache_dir();
         let mut modules = Vec::new();
         let mut funcs = HashMap::new();
         for m in amdahl_kernels::MODULES {
-            let c = compile::compile_cached(m.name, &m.full_source(), arch, &dir)?;
+            let c = compile::compile_cached(m.name, &m.full_source(), arch, pdl, &dir)?;
             tracing::info!(
                 module = m.name,
                 cached = c.cached,
@@ -333,6 +343,7 @@ impl Gpu {
             forks: AtomicBool::new(std::env::var("AMDAHL_FORK").map_or(true, |v| v != "0")),
             fork_ev,
             join_ev,
+            pdl,
             _modules: modules,
             funcs,
             split_ws: None,
@@ -400,6 +411,11 @@ impl Gpu {
         self.check_joined("switching forks")?;
         self.forks.store(on, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether kernels are launched as programmatic dependents.
+    pub fn pdl(&self) -> bool {
+        self.pdl
     }
 
     /// Makes the main stream wait for the side work of the last [`Gpu::fork`].
@@ -581,19 +597,44 @@ impl Gpu {
             .iter()
             .map(|&o| (&mut args.data[o] as *mut u64).cast())
             .collect();
-        // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
-        // the kernel's signature (checked by the GPU tests against the CPU reference).
-        unsafe {
-            drv::launch_kernel(
-                f,
-                l.grid,
-                (l.block, 1, 1),
-                l.smem,
-                self.cu_stream(),
-                &mut ptrs,
-            )
+        if !self.pdl {
+            // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
+            // the kernel's signature (checked by the GPU tests against the CPU reference).
+            return unsafe {
+                drv::launch_kernel(
+                    f,
+                    l.grid,
+                    (l.block, 1, 1),
+                    l.smem,
+                    self.cu_stream(),
+                    &mut ptrs,
+                )
+            }
+            .map_err(|e| dev_err(&format!("launching {name} {l:?}"), e));
         }
-        .map_err(|e| dev_err(&format!("launching {name} {l:?}"), e))
+        // A programmatic launch: every kernel of this build starts with `pdl_enter()`
+        // (common.cuh), which waits for the kernel before it, so this one may be launched while
+        // that one runs.
+        // SAFETY: zero is a valid bit pattern of the plain-data union.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: l.grid.0,
+            gridDimY: l.grid.1,
+            gridDimZ: l.grid.2,
+            blockDimX: l.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: l.smem,
+            hStream: self.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as above; `cfg` and `attr` outlive the call.
+        unsafe { sys::cuLaunchKernelEx(&cfg, f, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| dev_err(&format!("launching {name} {l:?}"), e))
     }
 
     /// A timing event.

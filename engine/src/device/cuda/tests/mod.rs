@@ -72,9 +72,16 @@ fn every_kernel_module_compiles_for_sm90() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let done = super::compile::compile_all(90, dir.path()).unwrap();
-    assert_eq!(done.len(), amdahl_kernels::MODULES.len());
-    // A second pass comes from the cache.
-    let again = super::compile::compile_all(90, dir.path()).unwrap();
-    assert!(again.iter().all(|(_, _, cached)| *cached));
+    // The plain build and the programmatic-launch one (`pdl_enter()` waits compiled in).
+    for pdl in [false, true] {
+        let done = super::compile::compile_all(90, pdl, dir.path()).unwrap();
+        assert_eq!(done.len(), amdahl_kernels::MODULES.len());
+        assert!(
+            done.iter().all(|(_, _, cached)| !*cached),
+            "pdl={pdl}: a stale cache hit"
+        );
+        // A second pass comes from the cache.
+        let again = super::compile::compile_all(90, pdl, dir.path()).unwrap();
+        assert!(again.iter().all(|(_, _, cached)| *cached));
+    }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::{gpu, rel_l2};
 use crate::config::{AttnKind, MlpKind};
+use crate::device::cuda::gpu::Gpu;
 use crate::device::cuda::model::{GpuModel, SampleRow, StepSeq};
 use crate::device::cuda::state::Limits;
 use crate::device::cuda::timer::StageTimer;
@@ -507,22 +508,14 @@ fn graph_replay_equals_eager() {
     );
 }
 
-/// Side-stream forks (kv path, compressors, shared expert) give the in-order launches' logits
-/// exactly, eagerly and replayed as a graph, on a model with compressed layers, an indexer and
-/// a shared expert, for decode rows and a 40-token chunk (the shared expert on the GEMM).
-#[test]
-fn forked_streams_equal_in_order_launches() {
-    let Some(gp) = gpu() else { return };
-    let spec = specs().remove(1).1;
-    let d = write_spec(&spec, 41);
-    let cpu = DeepseekV4::load(d.path()).unwrap();
-    let forked = GpuModel::from_cpu(gp, &cpu, lim(128)).unwrap();
-    let ordered = GpuModel::from_cpu(super::gpu().unwrap(), &cpu, lim(128)).unwrap();
-    ordered.gpu.set_forks(false).unwrap();
+/// `a` and `b` (the same model on two GPU handles launching differently) give bitwise equal
+/// logits over a prefill with a 40-token chunk, two eager decode steps, and a decode step `a`
+/// replays as a captured graph against `b`'s eager one; `what` names the difference.
+fn same_logits_two_ways(a: &GpuModel, b: &GpuModel, vocab: usize, what: &str) {
     let mut rng = Rng::new(9);
     let prompts: Vec<Vec<u32>> = [40usize, 7, 19]
         .iter()
-        .map(|&n| (0..n).map(|_| rng.below(spec.vocab) as u32).collect())
+        .map(|&n| (0..n).map(|_| rng.below(vocab) as u32).collect())
         .collect();
     let logits = |g: &GpuModel, seqs: &[StepSeq<'_>]| -> Vec<f32> {
         let (m, _) = g.forward(seqs).unwrap();
@@ -539,9 +532,9 @@ fn forked_streams_equal_in_order_launches() {
             sample: None,
         })
         .collect();
-    let (a, b) = (logits(&forked, &prefill), logits(&ordered, &prefill));
-    assert!(!a.is_empty() && a.iter().all(|v| v.is_finite()));
-    assert_eq!(rel_l2(&a, &b), 0.0, "prefill: forked logits differ");
+    let (x, y) = (logits(a, &prefill), logits(b, &prefill));
+    assert!(!x.is_empty() && x.iter().all(|v| v.is_finite()));
+    assert_eq!(rel_l2(&x, &y), 0.0, "prefill: {what} logits differ");
     let next: Vec<Vec<u32>> = (0..3).map(|i| vec![(i * 7 + 3) as u32]).collect();
     for step in 0..3 {
         let seqs: Vec<StepSeq<'_>> = next
@@ -556,30 +549,66 @@ fn forked_streams_equal_in_order_launches() {
             })
             .collect();
         if step < 2 {
-            let (a, b) = (logits(&forked, &seqs), logits(&ordered, &seqs));
+            let (x, y) = (logits(a, &seqs), logits(b, &seqs));
             assert_eq!(
-                rel_l2(&a, &b),
+                rel_l2(&x, &y),
                 0.0,
-                "decode step {step}: forked logits differ"
+                "decode step {step}: {what} logits differ"
             );
             continue;
         }
-        // The last step as a captured graph with forks against the in-order eager step.
-        let plan = forked.plan(&seqs, Some(4)).unwrap();
-        forked.upload_meta(&plan).unwrap();
-        forked.gpu.begin_capture().unwrap();
+        let plan = a.plan(&seqs, Some(4)).unwrap();
+        a.upload_meta(&plan).unwrap();
+        a.gpu.begin_capture().unwrap();
         let mut tm = StageTimer::new(false);
-        forked.launch_forward(plan.shape, true, &mut tm).unwrap();
-        let graph = forked.gpu.end_capture().unwrap();
+        a.launch_forward(plan.shape, true, &mut tm).unwrap();
+        let graph = a.gpu.end_capture().unwrap();
         graph.launch().unwrap();
-        let replay = forked.read_logits(3).unwrap();
-        let eager = logits(&ordered, &seqs);
+        let replay = a.read_logits(3).unwrap();
+        let eager = logits(b, &seqs);
         assert_eq!(
             rel_l2(&replay, &eager),
             0.0,
-            "forked graph differs from in-order eager"
+            "{what} graph differs from the eager step"
         );
     }
+}
+
+/// Side-stream forks (kv path, compressors, shared expert) give the in-order launches' logits
+/// exactly, eagerly and replayed as a graph, on a model with compressed layers, an indexer and
+/// a shared expert, for decode rows and a 40-token chunk (the shared expert on the GEMM).
+#[test]
+fn forked_streams_equal_in_order_launches() {
+    let Some(gp) = gpu() else { return };
+    let spec = specs().remove(1).1;
+    let d = write_spec(&spec, 41);
+    let cpu = DeepseekV4::load(d.path()).unwrap();
+    let forked = GpuModel::from_cpu(gp, &cpu, lim(128)).unwrap();
+    let ordered = GpuModel::from_cpu(super::gpu().unwrap(), &cpu, lim(128)).unwrap();
+    ordered.gpu.set_forks(false).unwrap();
+    same_logits_two_ways(&forked, &ordered, spec.vocab, "forked");
+}
+
+/// Kernels built with `pdl_enter()` waits and launched as programmatic dependents give the
+/// plain build's logits exactly, eagerly and replayed as a graph (sm_90+; skipped before).
+#[test]
+fn programmatic_launches_equal_plain_launches() {
+    if gpu().is_none() {
+        return;
+    }
+    let pdl = Gpu::open_with(0, true).unwrap();
+    if !pdl.pdl() {
+        eprintln!("skipped: this GPU has no programmatic dependent launch");
+        return;
+    }
+    let plain = Gpu::open_with(0, false).unwrap();
+    assert!(!plain.pdl());
+    let spec = specs().remove(1).1;
+    let d = write_spec(&spec, 43);
+    let cpu = DeepseekV4::load(d.path()).unwrap();
+    let a = GpuModel::from_cpu(pdl, &cpu, lim(128)).unwrap();
+    let b = GpuModel::from_cpu(plain, &cpu, lim(128)).unwrap();
+    same_logits_two_ways(&a, &b, spec.vocab, "programmatic");
 }
 
 /// A fork's side work must be joined before the stream is synchronized, an event is recorded or

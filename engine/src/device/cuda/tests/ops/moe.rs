@@ -107,6 +107,15 @@ fn moe_matches_the_cpu_at_v4_widths() {
             let mut tm = StageTimer::new(false);
             moe_forward(&g, &gm, &bufs, tb.ptr(), t, &mut tm).unwrap();
             let got: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
+            // The same launches again give the same bits (every split sums in a fixed order).
+            moe_forward(&g, &gm, &bufs, tb.ptr(), t, &mut tm).unwrap();
+            let again: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
+            assert!(
+                got.iter()
+                    .zip(&again)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "moe {fmt} t={t} forced={force:?}: a second run differs"
+            );
             let err = rel_l2(&got, &want.data);
             crate::device::cuda::launch::moe::force_moe_kernel(None);
             println!(
