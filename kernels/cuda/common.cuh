@@ -213,15 +213,35 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Programmatic dependent launch (sm_90+, modules compiled with AMDAHL_PDL defined, which the
-// host then launches as programmatic dependents; otherwise empty). Every kernel calls
-// `pdl_enter()` first: it waits until the kernel before it on the stream has finished and its
-// writes are visible, then lets the next kernel start launching, so the next grid's blocks are
-// resident and waiting when this one ends instead of being launched after it. Nothing before `pdl_enter()` may touch global memory (weights, which do not depend
-// on earlier kernels, could be prefetched into L2 there: the planned next step).
-__device__ __forceinline__ void pdl_enter() {
+// Programmatic dependent launch (sm_90+; modules compiled with AMDAHL_PDL defined, which the
+// host then launches as programmatic dependents; otherwise both helpers are empty). Every kernel
+// calls `pdl_enter()` first: it waits until the kernel before it on the stream has finished and
+// its writes are visible, then lets the next kernel start launching, so the next grid's blocks
+// are resident and waiting when this one ends instead of being launched after it. Before
+// `pdl_enter()` a kernel may only prefetch weights into L2 (`prefetch_l2`, AMDAHL_PDL=2 builds):
+// they do not depend on earlier kernels, and the prefetch overlaps the previous kernel.
 #if defined(AMDAHL_PDL) && __CUDA_ARCH__ >= 900
+#define PDL_ON 1
+#if AMDAHL_PDL >= 2
+#define PDL_PREFETCH 1
+#endif
+#endif
+
+__device__ __forceinline__ void pdl_enter() {
+#ifdef PDL_ON
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Prefetches [p, p + bytes) into L2 (p and bytes multiples of 16), one bulk prefetch per thread
+// of at most `piece` bytes, the block's threads taking consecutive pieces.
+__device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes, int piece = 4096) {
+#ifdef PDL_PREFETCH
+    const char* c = static_cast<const char*>(p);
+    for (i64 o = (i64)threadIdx.x * piece; o < bytes; o += (i64)blockDim.x * piece) {
+        const u32 n = (u32)min((i64)piece, bytes - o);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + o), "r"(n) : "memory");
+    }
 #endif
 }

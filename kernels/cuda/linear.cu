@@ -197,6 +197,34 @@ __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void*
     }
 }
 
+// Bytes per stored row of a row-major dense format (0: not prefetched: tiled FP4, f32).
+template <int FMT>
+__device__ __forceinline__ i64 row_bytes(int K) {
+    if (IS_TILED(FMT) || FMT == FMT_F32) return 0;
+    return FMT == FMT_BF16 || FMT == FMT_F16 ? 2 * (i64)K : IS_FP4(FMT) ? K / 2 : K;
+}
+
+// The weight bytes block (tile, ky, matrix) of `linear_kernel` reads, prefetched into L2 before
+// `pdl_enter()` (AMDAHL_PDL=2 builds): the tile's 16 rows whole (one range) or, with K split,
+// each row's share of 64 bytes per superchunk (a thread per row). Rows of whole 16-byte units.
+template <int FMT>
+__device__ __forceinline__ void linear_prefetch(const WDesc& d, int N, int K) {
+#ifdef PDL_PREFETCH
+    const i64 rb = row_bytes<FMT>(K);
+    if (rb == 0 || rb % 16 != 0) return;
+    const int n0 = blockIdx.x * 16, rows = min(16, N - n0), ks = gridDim.y;
+    const u8* w = d.w + blockIdx.z * d.w_stride + n0 * rb;
+    if (ks == 1) {
+        prefetch_l2(w, rows * rb);
+        return;
+    }
+    constexpr int SC = 32 * Vec<FMT>::V;
+    const int per_k = ((K + SC - 1) / SC + ks - 1) / ks;
+    const i64 lo = (i64)blockIdx.y * per_k * 64, hi = min(rb, lo + (i64)per_k * 64);
+    if ((int)threadIdx.x < rows && lo < hi) prefetch_l2(w + threadIdx.x * rb + lo, hi - lo, 1 << 30);
+#endif
+}
+
 // MoE up projection of active expert act_list[1 + blockIdx.y] over its tokens: act =
 // silu(min(W1x, L)) ⊙ clamp(W3x, ±L), written as bf16 rows at the plan's positions.
 template <int FMT, int NT>
@@ -416,7 +444,9 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 #define LINEAR_ENTRY(NAME, FMT, NT)                                                                      \
     extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) linear_##NAME##_nt##NT(    \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, float* ws,  \
-        unsigned* cnt) { pdl_enter();                                                                    \
+        unsigned* cnt) {                                                                                 \
+        linear_prefetch<FMT>(d, N, K);                                                                   \
+        pdl_enter();                                                                                     \
         linear_kernel<FMT, NT>(d, x, ldx, y, ldy, M, N, K, out_bf16, ws, cnt);                           \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LIN_MIN_BLOCKS(FMT, NT)) moe_up_##NAME##_nt##NT(    \
@@ -470,6 +500,21 @@ LINEAR_FORMAT(mxfp4t, FMT_MXFP4T)
 // gridDim.y with the dense linear's deterministic last-arrival sum (ws, cnt). y [M, N] f32;
 // K % 8 == 0, ldx % 4 == 0.
 #define F32X_KC 256
+
+// The router block's weight share (32 rows, its K chunks), prefetched into L2 before
+// `pdl_enter()` (AMDAHL_PDL=2 builds) by the first token block only: a thread per row.
+template <int FMT>
+__device__ __forceinline__ void f32x_prefetch(const WDesc& d, int N, int K) {
+#ifdef PDL_PREFETCH
+    const i64 rb = row_bytes<FMT>(K);
+    if (rb == 0 || rb % 16 != 0 || blockIdx.z != 0) return;
+    const int n = blockIdx.x * 32 + (int)threadIdx.x, ks = gridDim.y;
+    const int chunks = (K + F32X_KC - 1) / F32X_KC, per = (chunks + ks - 1) / ks;
+    const i64 esz = rb / K;  // bytes per element (2-byte formats only reach here with K % 8 == 0)
+    const i64 lo = (i64)blockIdx.y * per * F32X_KC * esz, hi = min(rb, lo + (i64)per * F32X_KC * esz);
+    if (threadIdx.x < 32 && n < N && lo < hi) prefetch_l2(d.w + n * rb + lo, hi - lo, 1 << 30);
+#endif
+}
 template <int FMT>
 __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx,
                                    float* __restrict__ y, int M, int N, int K,
@@ -566,7 +611,9 @@ __device__ void linear_f32x_kernel(WDesc d, const float* __restrict__ x, int ldx
 #define F32X_ENTRY(NAME, FMT)                                                             \
     extern "C" __global__ void __launch_bounds__(256)                                     \
         linear_f32x_##NAME(WDesc d, const float* x, int ldx, float* y, int M, int N, int K,  \
-                           float* ws, unsigned* cnt) { pdl_enter();                       \
+                           float* ws, unsigned* cnt) {                                    \
+        f32x_prefetch<FMT>(d, N, K);                                                      \
+        pdl_enter();                                                                      \
         linear_f32x_kernel<FMT>(d, x, ldx, y, M, N, K, ws, cnt);                          \
     }
 

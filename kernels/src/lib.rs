@@ -553,7 +553,8 @@ mod tests {
 
     /// The host may launch every kernel as a programmatic dependent (sm_90+, `AMDAHL_PDL=1`),
     /// which is safe only because each kernel body waits for its predecessor first:
-    /// `pdl_enter();` is the first statement of every `__global__` function.
+    /// `pdl_enter();` is the first statement of every `__global__` function, after nothing but a
+    /// weight prefetch (`*_prefetch<FMT>(...)`, empty unless AMDAHL_PDL=2).
     #[test]
     fn every_kernel_waits_for_its_predecessor_first() {
         let mut kernels = 0;
@@ -567,7 +568,13 @@ mod tests {
                     .find(") {")
                     .unwrap_or_else(|| panic!("{}.cu: no body after __global__", m.name));
                 let body = after[open + 3..].trim_start_matches([' ', '\\', '\n']);
-                let first = body.split(';').next().unwrap_or("").trim();
+                let mut stmts = body
+                    .split(';')
+                    .map(|s| s.trim_start_matches([' ', '\\', '\n']).trim());
+                let mut first = stmts.next().unwrap_or("");
+                while first.starts_with("linear_prefetch<") || first.starts_with("f32x_prefetch<") {
+                    first = stmts.next().unwrap_or("");
+                }
                 assert_eq!(
                     first,
                     "pdl_enter()",

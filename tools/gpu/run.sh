@@ -3,8 +3,9 @@
 #   bash tools/gpu/run.sh [tests] [profile] [pdl] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
-# in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: both builds). Logs go to $OUT.
-# `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1).
+# in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
+# to $OUT. `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1,
+# then 2: with weight prefetches).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -95,10 +96,12 @@ if [[ " $what " == *" profile "* ]]; then
   fi
 fi
 if [[ " $what " == *" pdl "* ]]; then
-  AMDAHL_PDL=1 timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
-    --expert-format nvfp4 --steps 20 --json "$OUT/profile_pdl.json" >"$OUT/profile_pdl.txt" 2>&1
-  echo "profile (AMDAHL_PDL=1) rc=$?" >>"$OUT/profile_pdl.txt"
-  grep -E '^batch|copy bandwidth|rc=' "$OUT/profile_pdl.txt"
+  for level in 1 2; do
+    AMDAHL_PDL=$level timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+      --expert-format nvfp4 --steps 20 --json "$OUT/profile_pdl$level.json" >"$OUT/profile_pdl$level.txt" 2>&1
+    echo "profile (AMDAHL_PDL=$level) rc=$?" >>"$OUT/profile_pdl$level.txt"
+    grep -E '^batch|copy bandwidth|rc=' "$OUT/profile_pdl$level.txt"
+  done
 fi
 if [[ " $what " == *" prefill "* ]]; then
   # One 8192-token prompt prefilled in chunks (after one batch-1 decode measurement).

@@ -4,7 +4,10 @@
 //! [`EngineError::CudaNotCompiled`](crate::EngineError::CudaNotCompiled), so callers never need
 //! `cfg` (STYLE.md rule 1: CUDA stays at this boundary).
 
+mod pdl;
 pub mod profiling;
+
+pub use pdl::Pdl;
 
 #[cfg(feature = "cuda")]
 mod cuda;

@@ -1,6 +1,7 @@
 //! Stand-ins for the CUDA backend in builds without the `cuda` feature: the same entry points,
 //! each refusing with [`EngineError::CudaNotCompiled`].
 
+use super::Pdl;
 use crate::error::{EngineError, Result};
 
 /// Whether this build has the CUDA backend.
@@ -18,7 +19,7 @@ pub fn driver_present() -> bool {
 /// Compiling kernels needs the CUDA build.
 pub fn compile_all(
     _arch: u32,
-    _pdl: bool,
+    _pdl: Pdl,
     _dir: &std::path::Path,
 ) -> Result<Vec<(&'static str, f64, bool)>> {
     Err(EngineError::CudaNotCompiled)

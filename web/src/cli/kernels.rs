@@ -14,7 +14,7 @@ pub struct Args {
     /// Cache folder (default: $AMDAHL_KERNEL_CACHE or ~/.cache/amdahl/kernels).
     #[arg(long)]
     cache: Option<PathBuf>,
-    /// Also build the programmatic-dependent-launch variant (sm_90+) that `AMDAHL_PDL=1` runs.
+    /// Also build the programmatic-dependent-launch variants (sm_90+) that `AMDAHL_PDL=1|2` run.
     #[arg(long)]
     pdl: bool,
 }
@@ -23,7 +23,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let dir = a
         .cache
         .unwrap_or_else(amdahl_engine::device::kernel_cache_dir);
-    let variants: &[bool] = if a.pdl { &[false, true] } else { &[false] };
+    use amdahl_engine::device::Pdl;
+    let variants: &[Pdl] = if a.pdl { &Pdl::ALL } else { &[Pdl::Off] };
     let mut done = Vec::new();
     for &pdl in variants {
         let built = amdahl_engine::device::compile_all(a.arch, pdl, &dir)
@@ -32,7 +33,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             println!(
                 "{m:<10} sm_{}{} {}",
                 a.arch,
-                if pdl { " pdl" } else { "" },
+                match pdl {
+                    Pdl::Off => "",
+                    Pdl::Wait => " pdl=1",
+                    Pdl::Prefetch => " pdl=2",
+                },
                 if *cached {
                     "cached".to_string()
                 } else {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use cudarc::nvrtc::sys as nv;
 
+use crate::device::Pdl;
 use crate::error::{EngineError, Result};
 
 fn dev(msg: String) -> EngineError {
@@ -39,27 +40,17 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 }
 
 /// Options every module is compiled with, for `sm_{arch}`.
-pub fn options(arch: u32, pdl: bool) -> Vec<String> {
+pub fn options(arch: u32, pdl: Pdl) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture=sm_{arch}"),
         "--std=c++17".into(),
         "-default-device".into(),
     ];
-    if pdl && pdl_arch(arch) {
-        o.push("-DAMDAHL_PDL=1".into());
+    let pdl = pdl.for_arch(arch);
+    if pdl != Pdl::Off {
+        o.push(format!("-DAMDAHL_PDL={}", pdl as u8));
     }
     o
-}
-
-/// Whether `sm_{arch}` has programmatic dependent launch (Hopper and later).
-pub fn pdl_arch(arch: u32) -> bool {
-    arch >= 90
-}
-
-/// Whether the kernels should be built and launched for programmatic dependent launch:
-/// `AMDAHL_PDL=1` (opt-in until it is measured on the GPU, docs/PERF.md).
-pub fn pdl_requested() -> bool {
-    std::env::var("AMDAHL_PDL").is_ok_and(|v| v == "1")
 }
 
 fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -101,7 +92,7 @@ pub fn compile_cached(
     name: &str,
     source: &str,
     arch: u32,
-    pdl: bool,
+    pdl: Pdl,
     dir: &Path,
 ) -> Result<Compiled> {
     let t0 = std::time::Instant::now();
@@ -206,10 +197,10 @@ unsafe fn program_log(prog: nv::nvrtcProgram) -> String {
     }
 }
 
-/// Compiles every module of `amdahl-kernels` for `sm_{arch}` (`pdl`: the programmatic-launch
-/// build) into `dir` (CI's compile check and the pre-fill of a cache carried to a GPU machine).
-/// Returns (module, seconds, cached).
-pub fn compile_all(arch: u32, pdl: bool, dir: &Path) -> Result<Vec<(&'static str, f64, bool)>> {
+/// Compiles every module of `amdahl-kernels` for `sm_{arch}` in the `pdl` build into `dir`
+/// (CI's compile check and the pre-fill of a cache carried to a GPU machine). Returns (module,
+/// seconds, cached).
+pub fn compile_all(arch: u32, pdl: Pdl, dir: &Path) -> Result<Vec<(&'static str, f64, bool)>> {
     amdahl_kernels::MODULES
         .iter()
         .map(|m| {

@@ -20,6 +20,7 @@ use cudarc::driver::{CudaContext, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 
 use super::compile;
+use crate::device::Pdl;
 use crate::error::{EngineError, Result};
 use amdahl_kernels::Entry;
 
@@ -204,9 +205,9 @@ pub struct Gpu {
     unjoined: AtomicBool,
     /// Whether forks run on the side stream (`AMDAHL_FORK=0`: on the main one, in order).
     forks: AtomicBool,
-    /// The kernels were built with `pdl_enter()` waits and are launched as programmatic
-    /// dependents of the one before them (sm_90+, opt-in: [`Gpu::open_with`], `AMDAHL_PDL=1`).
-    pdl: bool,
+    /// How the kernels were built and are launched: with `pdl_enter()` waits, as programmatic
+    /// dependents of the one before them (sm_90+, opt-in: [`Gpu::open_with`], `AMDAHL_PDL`).
+    pdl: Pdl,
     /// Fork (main → side) and join (side → main) events, reused by every fork.
     fork_ev: Event,
     join_ev: Event,
@@ -235,14 +236,14 @@ impl std::fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens GPU `ordinal`, compiles (or loads from the cache) every kernel module for its
-    /// architecture and resolves every entry point; programmatic launches with `AMDAHL_PDL=1`.
+    /// architecture and resolves every entry point; programmatic launches as `AMDAHL_PDL` asks.
     pub fn open(ordinal: usize) -> Result<Self> {
-        Self::open_with(ordinal, compile::pdl_requested())
+        Self::open_with(ordinal, Pdl::requested())
     }
 
-    /// [`Gpu::open`] with the kernels built and launched for programmatic dependent launch
-    /// (`pdl`, where the GPU has it) or not.
-    pub fn open_with(ordinal: usize, pdl: bool) -> Result<Self> {
+    /// [`Gpu::open`] with the kernels built and launched for programmatic dependent launch as
+    /// `pdl` says (where the GPU has it).
+    pub fn open_with(ordinal: usize, pdl: Pdl) -> Result<Self> {
         if !driver_present() {
             return Err(EngineError::Device(
                 "the CUDA driver (libcuda) was not found on this machine; use --device cpu".into(),
@@ -289,7 +290,7 @@ impl Gpu {
             max_smem_optin,
         };
         let arch = (cc.0 * 10 + cc.1) as u32;
-        let pdl = pdl && compile::pdl_arch(arch);
+        let pdl = pdl.for_arch(arch);
         let dir = compile::cache_dir();
         let mut modules = Vec::new();
         let mut funcs = HashMap::new();
@@ -413,8 +414,8 @@ impl Gpu {
         Ok(())
     }
 
-    /// Whether kernels are launched as programmatic dependents.
-    pub fn pdl(&self) -> bool {
+    /// How kernels are built and launched (programmatic dependents unless `Pdl::Off`).
+    pub fn pdl(&self) -> Pdl {
         self.pdl
     }
 
@@ -597,7 +598,7 @@ impl Gpu {
             .iter()
             .map(|&o| (&mut args.data[o] as *mut u64).cast())
             .collect();
-        if !self.pdl {
+        if self.pdl == Pdl::Off {
             // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
             // the kernel's signature (checked by the GPU tests against the CPU reference).
             return unsafe {

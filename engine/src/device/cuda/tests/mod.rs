@@ -72,13 +72,13 @@ fn every_kernel_module_compiles_for_sm90() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // The plain build and the programmatic-launch one (`pdl_enter()` waits compiled in).
-    for pdl in [false, true] {
+    // The plain build and the programmatic-launch ones (`pdl_enter()` waits, weight prefetches).
+    for pdl in crate::device::Pdl::ALL {
         let done = super::compile::compile_all(90, pdl, dir.path()).unwrap();
         assert_eq!(done.len(), amdahl_kernels::MODULES.len());
         assert!(
             done.iter().all(|(_, _, cached)| !*cached),
-            "pdl={pdl}: a stale cache hit"
+            "{pdl:?}: a stale cache hit"
         );
         // A second pass comes from the cache.
         let again = super::compile::compile_all(90, pdl, dir.path()).unwrap();

@@ -589,26 +589,31 @@ fn forked_streams_equal_in_order_launches() {
     same_logits_two_ways(&forked, &ordered, spec.vocab, "forked");
 }
 
-/// Kernels built with `pdl_enter()` waits and launched as programmatic dependents give the
-/// plain build's logits exactly, eagerly and replayed as a graph (sm_90+; skipped before).
+/// Kernels built with `pdl_enter()` waits (and, in the second build, weight prefetches before
+/// them) and launched as programmatic dependents give the plain build's logits exactly, eagerly
+/// and replayed as a graph (sm_90+; skipped before).
 #[test]
 fn programmatic_launches_equal_plain_launches() {
+    use crate::device::Pdl;
     if gpu().is_none() {
         return;
     }
-    let pdl = Gpu::open_with(0, true).unwrap();
-    if !pdl.pdl() {
-        eprintln!("skipped: this GPU has no programmatic dependent launch");
-        return;
-    }
-    let plain = Gpu::open_with(0, false).unwrap();
-    assert!(!plain.pdl());
     let spec = specs().remove(1).1;
     let d = write_spec(&spec, 43);
     let cpu = DeepseekV4::load(d.path()).unwrap();
-    let a = GpuModel::from_cpu(pdl, &cpu, lim(128)).unwrap();
-    let b = GpuModel::from_cpu(plain, &cpu, lim(128)).unwrap();
-    same_logits_two_ways(&a, &b, spec.vocab, "programmatic");
+    for level in [Pdl::Wait, Pdl::Prefetch] {
+        let pdl = Gpu::open_with(0, level).unwrap();
+        if pdl.pdl() == Pdl::Off {
+            eprintln!("skipped: this GPU has no programmatic dependent launch");
+            return;
+        }
+        let plain = Gpu::open_with(0, Pdl::Off).unwrap();
+        assert_eq!(plain.pdl(), Pdl::Off);
+        // Both models start from empty caches.
+        let a = GpuModel::from_cpu(pdl, &cpu, lim(128)).unwrap();
+        let b = GpuModel::from_cpu(plain, &cpu, lim(128)).unwrap();
+        same_logits_two_ways(&a, &b, spec.vocab, &format!("{level:?}"));
+    }
 }
 
 /// A fork's side work must be joined before the stream is synchronized, an event is recorded or
