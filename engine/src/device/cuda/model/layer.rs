@@ -8,10 +8,10 @@ use crate::error::Result;
 use crate::profile::Stage;
 
 use super::super::gpu::Gpu;
-use super::super::launch::{self as k, AttnArgs, CompArgs, RouteArgs, SeqMeta};
+use super::super::launch::{self as k, AttnArgs, CompArgs, Rope, RouteArgs, SeqMeta};
 use super::super::state::StepBufs;
 use super::super::timer::StageTimer;
-use super::super::weights::GMoe;
+use super::super::weights::{GCompressor, GMoe};
 use super::{GpuModel, Shape};
 use amdahl_kernels::mhc as km;
 
@@ -86,48 +86,17 @@ impl GpuModel {
             if let (Some(cw), Some(entries), Some(state)) =
                 (&a.compressor, &st.entries, &st.comp_state)
             {
-                let wd = cw.width();
-                tm.count(k::linear(
-                    g,
-                    &cw.wkv,
-                    bf.u_bf.ptr(),
+                let into = CompInto {
+                    u: bf.u_bf.ptr(),
                     d,
-                    bf.comp_kv.ptr(),
-                    wd,
-                    t,
-                    false,
-                )?);
-                tm.count(k::linear(
-                    g,
-                    &cw.wgate,
-                    bf.u_bf.ptr(),
-                    d,
-                    bf.comp_gate.ptr(),
-                    wd,
-                    t,
-                    false,
-                )?);
-                tm.count(k::compressor_update(
-                    g,
-                    CompArgs {
-                        ckv: bf.comp_kv.ptr(),
-                        cgate: bf.comp_gate.ptr(),
-                        width: wd,
-                        ape: cw.ape.ptr(),
-                        norm_w: cw.norm.ptr(),
-                        dim: cw.dim,
-                        ratio: cw.ratio,
-                        overlap: cw.overlap,
-                        state: state.ptr(),
-                        entries: entries.ptr(),
-                        entries_bf16: true,
-                        max_entries: st.max_entries,
-                    },
-                    eps,
-                    meta,
-                    rope,
-                    b,
-                )?);
+                    kv: bf.comp_kv.ptr(),
+                    gate: bf.comp_gate.ptr(),
+                    state: state.ptr(),
+                    entries: entries.ptr(),
+                    entries_bf16: true,
+                    max_entries: st.max_entries,
+                };
+                compress(g, cw, into, (eps, meta, rope), shape, tm)?;
             }
             Ok(())
         })?;
@@ -173,48 +142,17 @@ impl GpuModel {
             // The indexer's compressor runs on the side stream next to its query projection.
             let cw = &ix.comp;
             g.fork(|| {
-                let wd = cw.width();
-                tm.count(k::linear(
-                    g,
-                    &cw.wkv,
-                    bf.u_bf.ptr(),
+                let into = CompInto {
+                    u: bf.u_bf.ptr(),
                     d,
-                    bf.idx_kv.ptr(),
-                    wd,
-                    t,
-                    false,
-                )?);
-                tm.count(k::linear(
-                    g,
-                    &cw.wgate,
-                    bf.u_bf.ptr(),
-                    d,
-                    bf.idx_gate.ptr(),
-                    wd,
-                    t,
-                    false,
-                )?);
-                tm.count(k::compressor_update(
-                    g,
-                    CompArgs {
-                        ckv: bf.idx_kv.ptr(),
-                        cgate: bf.idx_gate.ptr(),
-                        width: wd,
-                        ape: cw.ape.ptr(),
-                        norm_w: cw.norm.ptr(),
-                        dim: cw.dim,
-                        ratio: cw.ratio,
-                        overlap: cw.overlap,
-                        state: istate.ptr(),
-                        entries: keys.ptr(),
-                        entries_bf16: false,
-                        max_entries: st.max_entries,
-                    },
-                    eps,
-                    meta,
-                    rope,
-                    b,
-                )?);
+                    kv: bf.idx_kv.ptr(),
+                    gate: bf.idx_gate.ptr(),
+                    state: istate.ptr(),
+                    entries: keys.ptr(),
+                    entries_bf16: false,
+                    max_entries: st.max_entries,
+                };
+                compress(g, cw, into, (eps, meta, rope), shape, tm)?;
                 Ok(())
             })?;
             let (hi, di) = (ix.heads, ix.dim);
@@ -430,6 +368,59 @@ impl GpuModel {
             (e + 1) * 4,
         )
     }
+}
+
+/// One compressor step's buffers: the normed input `u` (width `d`), the projection scratch
+/// rows, the compressor state and its entries.
+struct CompInto {
+    u: u64,
+    d: usize,
+    kv: u64,
+    gate: u64,
+    state: u64,
+    entries: u64,
+    entries_bf16: bool,
+    max_entries: usize,
+}
+
+/// One compressor step (the attention's or the indexer's): its kv and gate projections of the
+/// normed input, then the pooling update of every sequence's state and entries.
+fn compress(
+    g: &Gpu,
+    cw: &GCompressor,
+    into: CompInto,
+    (eps, meta, rope): (f32, SeqMeta, Rope),
+    shape: Shape,
+    tm: &mut StageTimer,
+) -> Result<()> {
+    let wd = cw.width();
+    let (u, d) = (into.u, into.d);
+    tm.count(k::linear(g, &cw.wkv, u, d, into.kv, wd, shape.t, false)?);
+    tm.count(k::linear(
+        g, &cw.wgate, u, d, into.gate, wd, shape.t, false,
+    )?);
+    tm.count(k::compressor_update(
+        g,
+        CompArgs {
+            ckv: into.kv,
+            cgate: into.gate,
+            width: wd,
+            ape: cw.ape.ptr(),
+            norm_w: cw.norm.ptr(),
+            dim: cw.dim,
+            ratio: cw.ratio,
+            overlap: cw.overlap,
+            state: into.state,
+            entries: into.entries,
+            entries_bf16: into.entries_bf16,
+            max_entries: into.max_entries,
+        },
+        eps,
+        meta,
+        rope,
+        shape.b,
+    )?);
+    Ok(())
 }
 
 /// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`.
