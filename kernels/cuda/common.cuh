@@ -214,7 +214,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Programmatic dependent launch (sm_90+; modules compiled with AMDAHL_PDL defined, which the
-// host then launches as programmatic dependents; otherwise both helpers are empty). Every kernel
+// host then launches as programmatic dependents; otherwise these helpers are empty). Every kernel
 // calls `pdl_enter()` first: it waits until the kernel before it on the stream has finished and
 // its writes are visible, then lets the next kernel start launching, so the next grid's blocks
 // are resident and waiting when this one ends instead of being launched after it. Before
@@ -234,14 +234,25 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-// Prefetches [p, p + bytes) into L2 (p and bytes multiples of 16), one bulk prefetch per thread
-// of at most `piece` bytes, the block's threads taking consecutive pieces.
-__device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes, int piece = 4096) {
+// Prefetches [p, p + bytes) into L2 (p and bytes multiples of 16): `prefetch_l2` with the
+// block's threads taking consecutive 4 KiB pieces, `prefetch_l2_own` by the calling thread alone.
+__device__ __forceinline__ void prefetch_piece(const char* c, i64 o, i64 bytes) {
+#ifdef PDL_PREFETCH
+    const u32 n = (u32)min((i64)4096, bytes - o);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + o), "r"(n) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes) {
 #ifdef PDL_PREFETCH
     const char* c = static_cast<const char*>(p);
-    for (i64 o = (i64)threadIdx.x * piece; o < bytes; o += (i64)blockDim.x * piece) {
-        const u32 n = (u32)min((i64)piece, bytes - o);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + o), "r"(n) : "memory");
-    }
+    for (i64 o = (i64)threadIdx.x * 4096; o < bytes; o += (i64)blockDim.x * 4096) prefetch_piece(c, o, bytes);
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2_own(const void* p, i64 bytes) {
+#ifdef PDL_PREFETCH
+    const char* c = static_cast<const char*>(p);
+    for (i64 o = 0; o < bytes; o += 4096) prefetch_piece(c, o, bytes);
 #endif
 }

@@ -221,7 +221,7 @@ __device__ __forceinline__ void linear_prefetch(const WDesc& d, int N, int K) {
     constexpr int SC = 32 * Vec<FMT>::V;
     const int per_k = ((K + SC - 1) / SC + ks - 1) / ks;
     const i64 lo = (i64)blockIdx.y * per_k * 64, hi = min(rb, lo + (i64)per_k * 64);
-    if ((int)threadIdx.x < rows && lo < hi) prefetch_l2(w + threadIdx.x * rb + lo, hi - lo, 1 << 30);
+    if ((int)threadIdx.x < rows && lo < hi) prefetch_l2_own(w + threadIdx.x * rb + lo, hi - lo);
 #endif
 }
 
@@ -512,7 +512,7 @@ __device__ __forceinline__ void f32x_prefetch(const WDesc& d, int N, int K) {
     const int chunks = (K + F32X_KC - 1) / F32X_KC, per = (chunks + ks - 1) / ks;
     const i64 esz = rb / K;  // bytes per element (2-byte formats only reach here with K % 8 == 0)
     const i64 lo = (i64)blockIdx.y * per * F32X_KC * esz, hi = min(rb, lo + (i64)per * F32X_KC * esz);
-    if (threadIdx.x < 32 && n < N && lo < hi) prefetch_l2(d.w + n * rb + lo, hi - lo, 1 << 30);
+    if (threadIdx.x < 32 && n < N && lo < hi) prefetch_l2_own(d.w + n * rb + lo, hi - lo);
 #endif
 }
 template <int FMT>
