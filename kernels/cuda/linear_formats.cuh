@@ -11,8 +11,8 @@
 // The tiled FP4 formats (NVFP4T, MXFP4T; engine/src/quant/fp4_tiles.rs) are what upload makes of
 // FP4 weights with rows % 16 == 0 and K % 128 == 0: 16×128 blocks stored in this load order (a
 // warp load is 512 contiguous bytes), each code's bits placed so `fp4t_word` unpacks 8 of them in
-// 11 integer ops, scales re-coded so their bf16 (·2^100) is 2 ops. The row-major FP4 decode was
-// the integer pipe's bound (ncu, H200 batch 16: ALU 73.5% busy at 41% of DRAM bandwidth).
+// 8 integer ops (and 4 shifts on the FMA pipe), scales re-coded so their bf16 (·2^100) is 2 ops.
+// The row-major FP4 decode was the integer pipe's bound (ncu, H200 batch 16: ALU 73.5% busy at 41% of DRAM bandwidth).
 
 #define FMT_BF16 0
 #define FMT_F32 1
@@ -62,13 +62,16 @@ __device__ __forceinline__ void fp4x8_to_bf16(u32 v, u32 out[4]) {
 }
 
 // The 8 codes of one word of the tiled layout as 4 bf16 pairs holding value · 2^-126 exactly:
-// 3 rotates, 4 byte permutes, 4 masks (the layout puts each code's bits where these land).
+// 4 left shifts, 4 byte permutes, 4 masks (the layout puts each code's bits where these land;
+// fp4_tiles.rs `READS`). Left shifts compile to IMAD.SHL on the FMA pipe, so the integer pipe
+// (the FP4 kernels' bound) runs 8 ops per 8 codes; the rotates of the previous layout were 3
+// more SHF on it (tools/sass.py counts them).
 __device__ __forceinline__ void fp4t_word(u32 w, u32 out[4]) {
-    const u32 r1 = __funnelshift_r(w, w, 1), r4 = __funnelshift_r(w, w, 4), r5 = __funnelshift_r(w, w, 5);
-    out[0] = __byte_perm(w, r1, 0x5140) & 0x81C081C0u;
-    out[1] = __byte_perm(w, r1, 0x7362) & 0x81C081C0u;
-    out[2] = __byte_perm(r4, r5, 0x5140) & 0x81C081C0u;
-    out[3] = __byte_perm(r4, r5, 0x7362) & 0x81C081C0u;
+    const u32 l2 = w << 2, l3 = w << 3, l5 = w << 5, l6 = w << 6;
+    out[0] = __byte_perm(l5, l3, 0x5420) & 0x81C081C0u;
+    out[1] = __byte_perm(l6, w, 0x4321) & 0x81C081C0u;
+    out[2] = __byte_perm(w, l5, 0x7321) & 0x81C081C0u;
+    out[3] = __byte_perm(l2, l3, 0x3712) & 0x81C081C0u;
 }
 
 // 16-byte slot of row n, columns [k, k+32) (k % 32 == 0) in the tiled layout.

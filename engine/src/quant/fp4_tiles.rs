@@ -8,12 +8,16 @@
 //!   contiguous bytes instead of 16 rows × 64 bytes at the row stride. Scales follow the same
 //!   slots (2 scale bytes per slot for NVFP4, 1 E8M0 byte for MXFP4).
 //! - **Bits.** Within each 32-bit word of a slot (8 consecutive columns), the 4 bits of every
-//!   code sit where the kernel's decode wants them: words `W`, `rotr(W,1)`, `rotr(W,4)`,
-//!   `rotr(W,5)`, byte-permuted in pairs and masked with `0x81C081C0`, give the 8 values as 4
-//!   bf16 pairs holding value · 2^-126 exactly (sign at bit 15, e1 e0 m at bits 8..6, an E2M1
-//!   code with exponent 0 a bf16 subnormal). That is 11 integer operations per 8 weights where
-//!   the row-major nibbles needed 25: the integer pipe was the kernels' bound (ncu: ALU 73.5%
-//!   busy at 41% of DRAM bandwidth, H200, batch 16).
+//!   code sit where the kernel's decode wants them: the word `W` and `W << 2`, `W << 3`,
+//!   `W << 5`, `W << 6`, byte-permuted in pairs ([`READS`]) and masked with `0x81C081C0`, give
+//!   the 8 values as 4 bf16 pairs holding value · 2^-126 exactly (sign at bit 15, e1 e0 m at
+//!   bits 8..6, an E2M1 code with exponent 0 a bf16 subnormal). That is 8 integer-pipe
+//!   operations per 8 weights (the shifts run as IMAD on the FMA pipe) where the row-major
+//!   nibbles needed 25 and the first tiled layout (rotates instead of shifts) 11: the integer
+//!   pipe was the kernels' bound (ncu: ALU 73.5% busy at 41% of DRAM bandwidth, H200, batch 16;
+//!   66.8% at DRAM 66% with 11 ops). No layout does it with w and three shifts (an exhaustive
+//!   search: every byte of each source must then be read, which leaves 12 reads of one mask
+//!   kind and 4 of the other where the pairs need 8 and 8).
 //!
 //! - **Scales.** The decode multiplies the codes (value · 2^-126) by scale · 2^100 as a bf16 pair.
 //!   NVFP4's E4M3 scales are re-coded so that is `(b << 4) + 0x6C80` of the byte b (exponent field
@@ -40,20 +44,24 @@ pub fn slot(n: usize, k: usize, cols: usize) -> usize {
     block * 64 + ((n / 8) % 2) * 32 + (n % 8) * 4 + (k / 32) % 4
 }
 
+/// How the kernel's decode (`fp4t_word`) builds output pair j: byte b of it is byte `B` of
+/// `W << a` for `(a, B) = READS[j][b]`, masked to bits 7, 6 (bytes 0 and 2: the code's e0, m) or
+/// 7, 0 (bytes 1 and 3: sign, e1). Each pair's four reads come from two sources, one byte permute.
+pub const READS: [[(u32, u32); 4]; 4] = [
+    [(5, 0), (5, 2), (3, 0), (3, 1)],
+    [(6, 1), (6, 2), (6, 3), (0, 0)],
+    [(0, 1), (0, 2), (0, 3), (5, 3)],
+    [(2, 2), (2, 1), (3, 3), (2, 3)],
+];
+
 /// Bit positions in its 32-bit word of element e (0..8) of the word's 8 columns: the code's
-/// (mantissa, exponent bit 0, exponent bit 1, sign). Element 2j + h is half h of output pair j;
-/// pairs 0 and 1 come from bytes of `W` (its bits 6, 7: m, e0) and `rotr(W, 1)` (bits 0, 7:
-/// e1, sign), pairs 2 and 3 from `rotr(W, 4)` and `rotr(W, 5)`; byte 2·(j%2) + h of each.
+/// (mantissa, exponent bit 0, exponent bit 1, sign). Element 2j + h is half h of output pair j:
+/// bytes 2h (m, e0 at bits 6, 7) and 2h + 1 (e1, sign at bits 0, 7) of [`READS`]`[j]`.
 pub const fn bit_positions(e: usize) -> [u32; 4] {
     let (j, h) = (e / 2, e % 2);
-    let i = (2 * (j % 2) + h) as u32;
-    let (ra, rb) = if j < 2 { (0u32, 1u32) } else { (4, 5) };
-    [
-        (8 * i + ra + 6) % 32,
-        (8 * i + ra + 7) % 32,
-        (8 * i + rb) % 32,
-        (8 * i + rb + 7) % 32,
-    ]
+    let (a, b) = READS[j][2 * h];
+    let (a1, b1) = READS[j][2 * h + 1];
+    [8 * b + 6 - a, 8 * b + 7 - a, 8 * b1 - a1, 8 * b1 + 7 - a1]
 }
 
 /// Packs 8 E2M1 codes (low 4 bits of each) into one word of the tiled layout.
@@ -197,13 +205,13 @@ mod tests {
 
     /// The kernel's decode (`fp4t_word` in linear_formats.cuh), op for op: 4 bf16 pairs.
     fn kernel_decode(w: u32) -> [u32; 4] {
-        let (r1, r4, r5) = (w.rotate_right(1), w.rotate_right(4), w.rotate_right(5));
+        let (l2, l3, l5, l6) = (w << 2, w << 3, w << 5, w << 6);
         const M: u32 = 0x81C0_81C0;
         [
-            byte_perm(w, r1, 0x5140) & M,
-            byte_perm(w, r1, 0x7362) & M,
-            byte_perm(r4, r5, 0x5140) & M,
-            byte_perm(r4, r5, 0x7362) & M,
+            byte_perm(l5, l3, 0x5420) & M,
+            byte_perm(l6, w, 0x4321) & M,
+            byte_perm(w, l5, 0x7321) & M,
+            byte_perm(l2, l3, 0x3712) & M,
         ]
     }
 
