@@ -59,13 +59,17 @@ def full_source(module):
         return s + f'\n#line 1 "{module}.cu"\n' + f.read()
 
 
+def check(result, what):
+    if result != 0:
+        sys.exit(f"{what} failed (nvrtcResult {result})")
+
+
 def compile_cubin(module, arch, defines):
     # NVRTC dlopens its builtins by name: load them first, globally.
     ctypes.CDLL(find("lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
     nv = ctypes.CDLL(find("lib", "libnvrtc.so.13"))
     prog = ctypes.c_void_p()
     src = full_source(module).encode()
-    check = lambda r, what: r == 0 or sys.exit(f"{what} failed ({r})")
     check(nv.nvrtcCreateProgram(ctypes.byref(prog), src, f"{module}.cu".encode(), 0, None, None),
           "nvrtcCreateProgram")
     opts = [f"--gpu-architecture=sm_{arch}", "--std=c++17", "-default-device"]
