@@ -2,8 +2,8 @@
 """Instruction mix of a kernel's SASS, without a GPU: compiles one module of kernels/cuda with
 NVRTC (as amdahl-kernels' `Module::full_source` composes it, same options as the engine) to an
 sm_90 cubin, disassembles the named entry points with cuobjdump and counts opcodes, for the
-whole function and for its hottest loop (the backward branch whose body holds the most MMAs,
-else the most instructions).
+whole function and for its hottest loop (the innermost loop with the most MMAs, else the most
+FFMAs, else the most instructions).
 
 Predicting a kernel change from its instruction counts (docs/PERF.md) needs no device time; the
 measurement still does.
@@ -100,18 +100,20 @@ def parse(sass):
 
 
 def hottest_loop(ins):
-    """The body [target, branch] of the backward branch with the most MMAs (then the shortest:
-    the innermost loop that holds them)."""
-    best, key = None, (-1, 0)
-    for i, (addr, op, args) in enumerate(ins):
-        if op != "BRA":
-            continue
-        m = re.search(r"0x([0-9a-f]+)", args)
-        if not m or int(m.group(1), 16) > addr:
-            continue
-        tgt = int(m.group(1), 16)
-        body = [x for x in ins if tgt <= x[0] <= addr]
-        k = (sum(x[1].startswith("HMMA") for x in body), -len(body))
+    """The body [target, branch] of the innermost loop (a backward branch with none inside its
+    body) with the most MMAs, then the most FFMAs, then the most instructions."""
+    loops = []
+    for addr, op, args in ins:
+        m = re.search(r"0x([0-9a-f]+)", args) if op == "BRA" else None
+        if m and int(m.group(1), 16) <= addr:
+            loops.append((int(m.group(1), 16), addr))
+    best, key = None, (-1, -1, -1)
+    for tgt, end in loops:
+        if any(tgt <= t2 and e2 < end for t2, e2 in loops if (t2, e2) != (tgt, end)):
+            continue  # an outer loop
+        body = [x for x in ins if tgt <= x[0] <= end]
+        k = (sum(x[1].startswith("HMMA") for x in body), sum(x[1] == "FFMA" for x in body),
+             len(body))
         if k > key:
             best, key = body, k
     return best

@@ -291,17 +291,23 @@ pub mod attention {
     pub const KV_PREP: Entry = e("attention", "kv_prep");
     pub const COMPRESSOR_UPDATE: Entry = e("attention", "compressor_update");
     pub const INDEXER_SCORES: Entry = e("attention", "indexer_scores");
+    pub const INDEXER_SCORES_K1: Entry = e("attention", "indexer_scores_k1");
+    pub const INDEXER_SCORES_K4: Entry = e("attention", "indexer_scores_k4");
     pub const TOPK_SELECT: Entry = e("attention", "topk_select");
+    pub const TOPK_SELECT_WARP: Entry = e("attention", "topk_select_warp");
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 9] = [
+    pub const ALL: [Entry; 12] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
         COMPRESSOR_UPDATE,
         INDEXER_SCORES,
+        INDEXER_SCORES_K1,
+        INDEXER_SCORES_K4,
         TOPK_SELECT,
+        TOPK_SELECT_WARP,
         SPARSE_ATTN_PARTIAL,
         SPARSE_ATTN_COMBINE,
         RING_STORE,
@@ -318,8 +324,11 @@ pub mod attention {
     /// KV tiles in flight per block and the padded score-row length (floats).
     pub const KV_BUFFERS: usize = 2;
     pub const SCORE_LD: usize = 40;
-    /// Largest indexer head count `indexer_scores` holds in registers.
+    /// Largest indexer head count the row kernel `indexer_scores` holds in registers.
     pub const INDEXER_MAX_HEADS: usize = 64;
+    /// Indexer heads per warp in the tiled `indexer_scores_k*` (a group of query heads whose
+    /// scores one warp accumulates in registers, KPL keys per lane).
+    pub const INDEXER_HEADS_PER_WARP: usize = 8;
 }
 
 pub mod moe {
@@ -501,6 +510,11 @@ mod tests {
                 ATTENTION.source,
                 "#define IDX_MAXH",
                 attention::INDEXER_MAX_HEADS,
+            ),
+            (
+                ATTENTION.source,
+                "#define IDX_HW",
+                attention::INDEXER_HEADS_PER_WARP,
             ),
             (
                 ATTENTION.source,

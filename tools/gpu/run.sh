@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [pdl] [prefill] [ncu] [ncufull] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
 # to $OUT. `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1,
-# then 2: with weight prefetches).
+# then 2: with weight prefetches). `indexer` runs the model tests and the decode profile with the
+# tiled indexer kernels (AMDAHL_INDEXER=tiles) and times both indexer kernel sets by ncu.
+# SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
+# of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -16,7 +19,7 @@ t0=$(date +%s)
 if [[ " $what " == *" tests "* ]]; then
   : >"$OUT/tests.log"
   pass=0; fail=0; failed=()
-  for t in $(.gpu/engine-tests device::cuda --list 2>/dev/null | sed -n 's/: test$//p'); do
+  for t in $(.gpu/engine-tests device::cuda --list 2>/dev/null | sed -n 's/: test$//p' | grep -Ev "${SKIP_TESTS:-^$}"); do
     s=$(date +%s%N)
     if timeout 240 .gpu/engine-tests "$t" --exact --nocapture --test-threads 1 >/tmp/t.log 2>&1; then
       pass=$((pass+1)); r=ok
@@ -102,6 +105,30 @@ if [[ " $what " == *" pdl "* ]]; then
     echo "profile (AMDAHL_PDL=$level) rc=$?" >>"$OUT/profile_pdl$level.txt"
     grep -E '^batch|copy bandwidth|rc=' "$OUT/profile_pdl$level.txt"
   done
+fi
+if [[ " $what " == *" indexer "* ]]; then
+  : >"$OUT/indexer.log"
+  for t in indexer_scores_and_topk tiny_models_match_the_cpu_on_every_path quantized_tiny_models_match_the_cpu \
+      graph_replay_equals_eager greedy_tokens_equal_the_cpu programmatic_launches_equal_plain_launches; do
+    if AMDAHL_INDEXER=tiles timeout 240 .gpu/engine-tests "$t" --nocapture --test-threads 1 >/tmp/t.log 2>&1; then r=ok; else r=FAILED; fi
+    echo "=== $r $t (AMDAHL_INDEXER=tiles)" | tee -a "$OUT/indexer.log"
+    grep -v '^$' /tmp/t.log | tail -n 30 >>"$OUT/indexer.log"
+  done
+  AMDAHL_INDEXER=tiles timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+    --expert-format nvfp4 --steps 20 --json "$OUT/profile_tiles.json" >"$OUT/profile_tiles.txt" 2>&1
+  echo "profile (AMDAHL_INDEXER=tiles) rc=$?" >>"$OUT/profile_tiles.txt"
+  grep -E '^batch|^indexer|rc=' "$OUT/profile_tiles.txt"
+  if command -v ncu >/dev/null; then
+    for v in rows tiles; do
+      for b in 1 16 64; do
+        AMDAHL_INDEXER=$v timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:^(indexer|topk)" \
+          --launch-count 4 --print-summary per-kernel .gpu/amdahl profile --dummy v4-flash --layers 3 --batch "$b" --ctx 8192 \
+          --steps 1 >"$OUT/ncu_indexer_${v}_b$b.txt" 2>&1
+        echo "--- ncu indexer $v batch $b"
+        awk '/^  [a-z_0-9]+.*\(/ {k=$1} /Invocations/ {n=$NF} /gpu__time_duration.sum/ {print k, "launches", n, $(NF-3), $(NF-2), $(NF-1), $NF}' "$OUT/ncu_indexer_${v}_b$b.txt"
+      done
+    done
+  fi
 fi
 if [[ " $what " == *" prefill "* ]]; then
   # One 8192-token prompt prefilled in chunks (after one batch-1 decode measurement).

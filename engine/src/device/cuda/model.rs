@@ -113,6 +113,14 @@ impl GpuModel {
                 amdahl_kernels::attention::INDEXER_MAX_HEADS
             )));
         }
+        let idx_smem = k::indexer_smem(cfg.index_n_heads, cfg.index_head_dim, 4);
+        if !cfg.index_head_dim.is_multiple_of(4) || idx_smem > gpu.info.max_smem_optin {
+            return Err(EngineError::Device(format!(
+                "an indexer of {} heads × {} is not supported by the GPU indexer (head dim a \
+                 multiple of 4; {idx_smem} bytes of shared memory, this GPU allows {})",
+                cfg.index_n_heads, cfg.index_head_dim, gpu.info.max_smem_optin
+            )));
+        }
         if cfg.n_routed_experts > amdahl_kernels::moe::MAX_EXPERTS
             || cfg.num_experts_per_tok > amdahl_kernels::moe::MAX_TOP_K
         {

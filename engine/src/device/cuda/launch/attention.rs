@@ -164,6 +164,63 @@ pub fn compressor_update(
     Ok(l.blocks())
 }
 
+/// Shared memory of `indexer_scores_k{kpl}` in bytes: the query (heads padded to whole warp
+/// groups) and head weights, one 32·kpl-key tile with rows padded to di + 4 floats, and the
+/// eight warps' sums.
+pub fn indexer_smem(hi: usize, di: usize, kpl: usize) -> usize {
+    let hp = hi.div_ceil(ka::INDEXER_HEADS_PER_WARP) * ka::INDEXER_HEADS_PER_WARP;
+    let tk = 32 * kpl;
+    (hp * di + hp + tk * (di + 4) + 8 * tk) * 4
+}
+
+/// The indexer's kernels: a block per 256 keys of a row with every head in a thread's registers,
+/// and a serial walk of each top-k histogram (`Rows`, measured, the default), or key tiles in
+/// shared memory feeding eight heads per warp, and a warp's scan of the histogram (`Tiles`,
+/// built in a session without a GPU: opt-in until measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexerKernels {
+    Rows,
+    Tiles,
+}
+
+/// 0: not yet read from `AMDAHL_INDEXER=rows|tiles`; else 1 + the variant.
+static INDEXER_KERNELS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets the indexer's kernels (tests, measurements); `None` goes back to `AMDAHL_INDEXER`.
+pub fn force_indexer_kernels(v: Option<IndexerKernels>) {
+    INDEXER_KERNELS.store(
+        v.map_or(0, |k| 1 + k as u8),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The indexer's kernels in use.
+pub fn indexer_kernels() -> IndexerKernels {
+    use std::sync::atomic::Ordering;
+    if INDEXER_KERNELS.load(Ordering::Relaxed) == 0 {
+        let v = match std::env::var("AMDAHL_INDEXER").as_deref() {
+            Ok("tiles") => IndexerKernels::Tiles,
+            _ => IndexerKernels::Rows,
+        };
+        force_indexer_kernels(Some(v));
+    }
+    if INDEXER_KERNELS.load(Ordering::Relaxed) == 2 {
+        IndexerKernels::Tiles
+    } else {
+        IndexerKernels::Rows
+    }
+}
+
+/// Keys per lane of the tiled indexer scores for `t` rows: 1 (32-key tiles) where 128-key tiles
+/// would leave most SMs idle (a batch of a few rows), else 4.
+pub fn indexer_keys_per_lane(gpu: &Gpu, t: usize, max_e: usize) -> usize {
+    if t * max_e.div_ceil(128) < gpu.info.sms {
+        1
+    } else {
+        4
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn indexer_scores(
     gpu: &Gpu,
@@ -178,22 +235,43 @@ pub fn indexer_scores(
     scores: u64,
     t: usize,
 ) -> Result<u64> {
-    let l = Launch::new((max_e.div_ceil(256), t, 1), 256, (hi * di + hi) * 4);
+    let mut args = Args::new();
+    args.ptr(q)
+        .ptr(w)
+        .ptr(keys)
+        .usize(hi)
+        .usize(di)
+        .usize(m)
+        .usize(max_e)
+        .ptr(meta.row_seq)
+        .ptr(meta.row_pos)
+        .ptr(meta.seq_slot)
+        .ptr(scores);
+    if indexer_kernels() == IndexerKernels::Rows {
+        let l = Launch::new((max_e.div_ceil(256), t, 1), 256, (hi * di + hi) * 4);
+        gpu.launch(ka::INDEXER_SCORES, l, &mut args)?;
+        return Ok(l.blocks());
+    }
+    if !di.is_multiple_of(4) {
+        return Err(EngineError::Device(format!(
+            "the GPU indexer needs index_head_dim % 4 == 0, got {di}"
+        )));
+    }
+    // Blocks of about two waves, each walking its row's tiles.
+    let sms = gpu.info.sms.max(1);
+    let kpl = indexer_keys_per_lane(gpu, t, max_e);
+    let tiles = max_e.div_ceil(32 * kpl).max(1);
+    let per_row = tiles.min((4 * sms).div_ceil(t.max(1)));
+    let smem = indexer_smem(hi, di, kpl);
+    let l = Launch::new((per_row, t, 1), 256, smem);
     gpu.launch(
-        ka::INDEXER_SCORES,
+        if kpl == 1 {
+            ka::INDEXER_SCORES_K1
+        } else {
+            ka::INDEXER_SCORES_K4
+        },
         l,
-        Args::new()
-            .ptr(q)
-            .ptr(w)
-            .ptr(keys)
-            .usize(hi)
-            .usize(di)
-            .usize(m)
-            .usize(max_e)
-            .ptr(meta.row_seq)
-            .ptr(meta.row_pos)
-            .ptr(meta.seq_slot)
-            .ptr(scores),
+        &mut args,
     )?;
     Ok(l.blocks())
 }
@@ -211,7 +289,10 @@ pub fn topk_select(
 ) -> Result<u64> {
     let l = Launch::new((t, 1, 1), 1024, 0);
     gpu.launch(
-        ka::TOPK_SELECT,
+        match indexer_kernels() {
+            IndexerKernels::Rows => ka::TOPK_SELECT,
+            IndexerKernels::Tiles => ka::TOPK_SELECT_WARP,
+        },
         l,
         Args::new()
             .ptr(scores)

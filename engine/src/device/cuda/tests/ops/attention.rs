@@ -355,17 +355,45 @@ fn compressors_match_the_cpu_fed_in_chunks_then_tokens() {
 #[test]
 fn indexer_scores_and_topk_match_the_cpu() {
     let Some(g) = gpu() else { return };
-    let mut rng = Rng::new(8);
-    let (hi, di, m, topk, max_e) = (64usize, 128usize, 4usize, 512usize, 2048usize);
-    let slots = 4;
-    let keys = randn(&mut rng, slots * max_e * di, 1.0);
-    let seqs = [
+    // Both kernel sets; of the tiled scores, four rows take the 32-key tiles, forty the 128-key
+    // ones (blocks walking two tiles).
+    let few = [
         (0usize, 8191usize, 1usize),
         (1, 5000, 1),
         (2, 2047, 1),
         (3, 100, 1),
     ];
-    let meta = Meta::new(&g, &seqs);
+    let many: Vec<(usize, usize, usize)> = (0..40)
+        .map(|i| {
+            (
+                i,
+                [8191, 6000, 4095, 2047, 1300, 511, 100, 40][i % 8] - i / 8,
+                1,
+            )
+        })
+        .collect();
+    for v in [k::IndexerKernels::Rows, k::IndexerKernels::Tiles] {
+        k::force_indexer_kernels(Some(v));
+        println!("indexer kernels {v:?}");
+        let mut kpls = Vec::new();
+        for (i, seqs) in [&few[..], &many[..]].into_iter().enumerate() {
+            kpls.push(indexer_case(&g, seqs, 8 + i as u64));
+        }
+        if v == k::IndexerKernels::Tiles {
+            assert_eq!(kpls, [1, 4], "both indexer tile shapes ran");
+        }
+    }
+    k::force_indexer_kernels(None);
+}
+
+/// The indexer scores and top-k of one decode row per sequence (slot, position) against the CPU;
+/// returns the keys per lane the launcher chose.
+fn indexer_case(g: &Gpu, seqs: &[(usize, usize, usize)], seed: u64) -> usize {
+    let mut rng = Rng::new(seed);
+    let (hi, di, m, topk, max_e) = (64usize, 128usize, 4usize, 512usize, 2048usize);
+    let slots = seqs.len();
+    let keys = randn(&mut rng, slots * max_e * di, 1.0);
+    let meta = Meta::new(g, seqs);
     let t = seqs.len();
     let q = randn(&mut rng, t * hi * di, 1.0);
     let w = randn(&mut rng, t * hi, 1.0);
@@ -389,10 +417,10 @@ fn indexer_scores_and_topk_match_the_cpu() {
     let kb = g.upload(&keys).unwrap();
     let qb = g.upload(&q).unwrap();
     let wb = g.upload(&w).unwrap();
-    let scores = super::poisoned(&g, t * max_e * 4);
-    let out = super::poisoned(&g, t * topk * 4);
+    let scores = super::poisoned(g, t * max_e * 4);
+    let out = super::poisoned(g, t * topk * 4);
     k::indexer_scores(
-        &g,
+        g,
         qb.ptr(),
         wb.ptr(),
         kb.ptr(),
@@ -406,7 +434,7 @@ fn indexer_scores_and_topk_match_the_cpu() {
     )
     .unwrap();
     k::topk_select(
-        &g,
+        g,
         scores.ptr(),
         max_e,
         m,
@@ -428,6 +456,12 @@ fn indexer_scores_and_topk_match_the_cpu() {
             n_vis,
         );
         let gs = &got_s[r * max_e..r * max_e + n_vis];
+        let row = &got_i[r * topk..(r + 1) * topk];
+        assert!(
+            row[topk.min(n_vis)..].iter().all(|&x| x == -1),
+            "row {r}: entries past the {} selected are not -1",
+            topk.min(n_vis)
+        );
         let e = rel_l2(gs, &want);
         println!("indexer row {r} ({n_vis} visible): scores rel l2 {e:.2e}");
         assert!(e <= 1e-5, "indexer scores row {r}: {e:.3e}");
@@ -455,4 +489,5 @@ fn indexer_scores_and_topk_match_the_cpu() {
             cpu.len()
         );
     }
+    k::indexer_keys_per_lane(g, t, max_e)
 }
