@@ -2,8 +2,8 @@
 """Instruction mix of a kernel's SASS, without a GPU: compiles one module of kernels/cuda with
 NVRTC (as amdahl-kernels' `Module::full_source` composes it, same options as the engine) to an
 sm_90 cubin, disassembles the named entry points with cuobjdump and counts opcodes, for the
-whole function and for its hottest loop (the innermost loop with the most MMAs, else the most
-FFMAs, else the most instructions).
+whole function and for its hottest loop (the innermost loop holding the most MMAs, else the
+innermost loop with the most FFMAs).
 
 Predicting a kernel change from its instruction counts (docs/PERF.md) needs no device time; the
 measurement still does.
@@ -100,21 +100,26 @@ def parse(sass):
 
 
 def hottest_loop(ins):
-    """The body [target, branch] of the innermost loop (a backward branch with none inside its
-    body) with the most MMAs, then the most FFMAs, then the most instructions."""
+    """The body [target, branch] of the backward branch with the most MMAs, the shortest of
+    those (the innermost loop that holds them); without MMAs, the innermost loop (no backward
+    branch inside) with the most FFMAs, then the most instructions."""
     loops = []
     for addr, op, args in ins:
         m = re.search(r"0x([0-9a-f]+)", args) if op == "BRA" else None
         if m and int(m.group(1), 16) <= addr:
             loops.append((int(m.group(1), 16), addr))
-    best, key = None, (-1, -1, -1)
+    best, key = None, None
     for tgt, end in loops:
-        if any(tgt <= t2 and e2 < end for t2, e2 in loops if (t2, e2) != (tgt, end)):
-            continue  # an outer loop
         body = [x for x in ins if tgt <= x[0] <= end]
-        k = (sum(x[1].startswith("HMMA") for x in body), sum(x[1] == "FFMA" for x in body),
-             len(body))
-        if k > key:
+        mma = sum(x[1].startswith("HMMA") for x in body)
+        inner = not any(tgt <= t2 and e2 < end for t2, e2 in loops if (t2, e2) != (tgt, end))
+        if mma:
+            k = (2, mma, -len(body))
+        elif inner:
+            k = (1, sum(x[1] == "FFMA" for x in body), len(body))
+        else:
+            continue
+        if key is None or k > key:
             best, key = body, k
     return best
 

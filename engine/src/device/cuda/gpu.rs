@@ -208,6 +208,9 @@ pub struct Gpu {
     /// How the kernels were built and are launched: with `pdl_enter()` waits, as programmatic
     /// dependents of the one before them (sm_90+, opt-in: [`Gpu::open_with`], `AMDAHL_PDL`).
     pdl: Pdl,
+    /// Whether launches of a `pdl` build go out as programmatic dependents now (the model turns
+    /// it off for steps of more than `AMDAHL_PDL_MAX_TOKENS` tokens).
+    programmatic: AtomicBool,
     /// Fork (main → side) and join (side → main) events, reused by every fork.
     fork_ev: Event,
     join_ev: Event,
@@ -342,6 +345,7 @@ impl Gpu {
             on_side: AtomicBool::new(false),
             unjoined: AtomicBool::new(false),
             forks: AtomicBool::new(std::env::var("AMDAHL_FORK").map_or(true, |v| v != "0")),
+            programmatic: AtomicBool::new(true),
             fork_ev,
             join_ev,
             pdl,
@@ -417,6 +421,13 @@ impl Gpu {
     /// How kernels are built and launched (programmatic dependents unless `Pdl::Off`).
     pub fn pdl(&self) -> Pdl {
         self.pdl
+    }
+
+    /// Launches later kernels of a `pdl` build as programmatic dependents (`true`, the default)
+    /// or plainly: their `pdl_enter()` wait then returns at once (a plain launch starts after
+    /// its predecessor ends). No effect on a build without `pdl_enter()` waits.
+    pub fn set_programmatic(&self, on: bool) {
+        self.programmatic.store(on, Ordering::Relaxed);
     }
 
     /// Makes the main stream wait for the side work of the last [`Gpu::fork`].
@@ -598,7 +609,7 @@ impl Gpu {
             .iter()
             .map(|&o| (&mut args.data[o] as *mut u64).cast())
             .collect();
-        if self.pdl == Pdl::Off {
+        if self.pdl == Pdl::Off || !self.programmatic.load(Ordering::Relaxed) {
             // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
             // the kernel's signature (checked by the GPU tests against the CPU reference).
             return unsafe {

@@ -87,6 +87,9 @@ pub struct GpuModel {
     /// Launches of the sparse attention kernel per layer: 1, or more with
     /// `AMDAHL_SLOW_ATTENTION=N` to check the profiler's Amdahl projection against a real change.
     pub attn_repeat: usize,
+    /// Steps of at most this many tokens launch as programmatic dependents in a `pdl` build
+    /// (`AMDAHL_PDL_MAX_TOKENS`, default 16; at 64 tokens they were slower, docs/PERF.md).
+    pub pdl_max_tokens: usize,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -156,6 +159,10 @@ impl GpuModel {
             lim,
             rope_main,
             rope_comp,
+            pdl_max_tokens: std::env::var("AMDAHL_PDL_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(16),
             attn_repeat: std::env::var("AMDAHL_SLOW_ATTENTION")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -343,6 +350,7 @@ impl GpuModel {
         let bf = &self.bufs;
         let (t, d, hc) = (shape.t, c.hidden_size, c.hc_mult);
         let meta = self.seq_meta();
+        g.set_programmatic(t <= self.pdl_max_tokens);
         tm.mark(g, Stage::Mhc, capturing)?;
         let n = k::embed(
             g,

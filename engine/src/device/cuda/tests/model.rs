@@ -601,7 +601,13 @@ fn programmatic_launches_equal_plain_launches() {
     let spec = specs().remove(1).1;
     let d = write_spec(&spec, 43);
     let cpu = DeepseekV4::load(d.path()).unwrap();
-    for level in [Pdl::Wait, Pdl::Prefetch] {
+    // Every step programmatic, and the default mix (long prefill chunks plain, decode steps
+    // programmatic).
+    for (level, max_tokens) in [
+        (Pdl::Wait, usize::MAX),
+        (Pdl::Prefetch, usize::MAX),
+        (Pdl::Wait, 16),
+    ] {
         let pdl = Gpu::open_with(0, level).unwrap();
         if pdl.pdl() == Pdl::Off {
             eprintln!("skipped: this GPU has no programmatic dependent launch");
@@ -610,9 +616,11 @@ fn programmatic_launches_equal_plain_launches() {
         let plain = Gpu::open_with(0, Pdl::Off).unwrap();
         assert_eq!(plain.pdl(), Pdl::Off);
         // Both models start from empty caches.
-        let a = GpuModel::from_cpu(pdl, &cpu, lim(128)).unwrap();
+        let mut a = GpuModel::from_cpu(pdl, &cpu, lim(128)).unwrap();
+        a.pdl_max_tokens = max_tokens;
         let b = GpuModel::from_cpu(plain, &cpu, lim(128)).unwrap();
-        same_logits_two_ways(&a, &b, spec.vocab, &format!("{level:?}"));
+        let what = format!("{level:?}, programmatic up to {max_tokens} tokens");
+        same_logits_two_ways(&a, &b, spec.vocab, &what);
     }
 }
 
