@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [prefill] [ncu] [ncufull] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [launches] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
 # to $OUT. `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1,
 # then 2: with weight prefetches). `indexer` runs the model tests and the decode profile with the
 # tiled indexer kernels (AMDAHL_INDEXER=tiles) and times both indexer kernel sets by ncu.
-# SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
+# `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
+# at each of LAUNCH_BATCH (tools/gpu/launches.py). SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
 # of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -129,6 +130,19 @@ if [[ " $what " == *" indexer "* ]]; then
       done
     done
   fi
+fi
+if [[ " $what " == *" launches "* ]] && command -v ncu >/dev/null; then
+  # Model kernels only (no weight fills, copy or cuBLAS peaks): the first ones are the warm-up step.
+  for b in ${LAUNCH_BATCH:-1 16}; do
+    rm -f /tmp/launches.ncu-rep
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --export /tmp/launches -f \
+      -k 'regex:^(compressor|indexer|kv_prep|q_prep|ring_store|rope|sparse_attn|linear_|stream_|gemm_reduce|gemm_swiglu|gemm_[a-z0-9]+_m|embed|hc_|norm_rows|moe_|plan_identity|sample_rows|topk)' \
+      --launch-count ${LAUNCH_COUNT:-130} .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch "$b" --ctx 8192 \
+      --steps 1 >"$OUT/launches_b$b.log" 2>&1
+    ncu --import /tmp/launches.ncu-rep --csv --page raw >"$OUT/launches_b$b.csv" 2>>"$OUT/launches_b$b.log"
+    python3 tools/gpu/launches.py "$OUT/launches_b$b.csv" >"$OUT/launches_b$b.txt" 2>&1
+    echo "--- launches, batch $b"; sed -n '/^---/,$p' "$OUT/launches_b$b.txt" | head -n 25
+  done
 fi
 if [[ " $what " == *" prefill "* ]]; then
   # One 8192-token prompt prefilled in chunks (after one batch-1 decode measurement).
