@@ -117,7 +117,9 @@ impl GpuModel {
             )));
         }
         let idx_smem = k::indexer_smem(cfg.index_n_heads, cfg.index_head_dim, 4);
-        if !cfg.index_head_dim.is_multiple_of(4) || idx_smem > gpu.info.max_smem_optin {
+        if k::indexer_kernels() == k::IndexerKernels::Tiles
+            && (!cfg.index_head_dim.is_multiple_of(4) || idx_smem > gpu.info.max_smem_optin)
+        {
             return Err(EngineError::Device(format!(
                 "an indexer of {} heads × {} is not supported by the GPU indexer (head dim a \
                  multiple of 4; {idx_smem} bytes of shared memory, this GPU allows {})",
