@@ -8,15 +8,12 @@
 #define ROUTE_MAXE 384
 #define ROUTE_MAXK 16
 
-// One warp per token.
-extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, int T, int scoring,
-                                     const float* __restrict__ bias, const int* __restrict__ tid2eid,
-                                     const int* __restrict__ tokens, int k, float scaling,
-                                     int norm_topk, int* __restrict__ ids, float* __restrict__ wts) {
-    pdl_enter();
+// Token t's experts and weights, by one warp.
+__device__ __forceinline__ void route_token(const float* __restrict__ logits, int E, int t, int scoring,
+                                            const float* __restrict__ bias, const int* __restrict__ tid2eid,
+                                            const int* __restrict__ tokens, int k, float scaling,
+                                            int norm_topk, int* __restrict__ ids, float* __restrict__ wts) {
     const int lane = threadIdx.x & 31;
-    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (t >= T) return;
     const float* l = logits + (i64)t * E;
     float s[ROUTE_MAXE / 32];
     float mx = NEG_INF;
@@ -104,6 +101,17 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, in
     }
 }
 
+// One warp per token.
+extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, int T, int scoring,
+                                     const float* __restrict__ bias, const int* __restrict__ tid2eid,
+                                     const int* __restrict__ tokens, int k, float scaling,
+                                     int norm_topk, int* __restrict__ ids, float* __restrict__ wts) {
+    pdl_enter();
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= T) return;
+    route_token(logits, E, t, scoring, bias, tid2eid, tokens, k, scaling, norm_topk, ids, wts);
+}
+
 // Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
 // order, slot_of[a] = the position of assignment a, and the active experts act_list = [count,
 // ids ascending...] the expert kernels iterate over. One block of >= E threads; deterministic.
@@ -147,6 +155,80 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
             }
         }
     }
+}
+
+// The plan of moe_plan by one block of 1024 threads (ROUTE_MAXE <= 1024), from assignments
+// another block of this grid wrote (read through L2: `__ldcg`). The scatter is one warp's walk
+// over the assignments in chunks of 32: lanes of a chunk with the same expert rank themselves by
+// `__match_any_sync`, so each expert's entries stay in assignment order (as moe_plan's) in
+// n / 32 steps rather than a walk over all n per expert. `sm`: n + E + 34 ints of shared memory.
+__device__ void plan_block(const int* ids, const float* wts, int n, int k, int E,
+                           int* __restrict__ offsets, int* __restrict__ tok_of,
+                           float* __restrict__ wt_of, int* __restrict__ slot_of,
+                           int* __restrict__ act_list, int* sm) {
+    int* sid = sm;            // n: the assignments' experts
+    int* cnt = sid + n;       // E: counts, then each expert's next position
+    int* scan = cnt + E + 1;  // 33: block scan scratch
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = __ldcg(ids + a);
+    __syncthreads();
+    for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
+    __syncthreads();
+    const int c = threadIdx.x < E ? cnt[threadIdx.x] : 0;
+    int total, n_act;
+    const int off = block_exclusive_scan(c, scan, &total);
+    const int ai = block_exclusive_scan(c > 0 ? 1 : 0, scan, &n_act);
+    if (threadIdx.x < E) {
+        cnt[threadIdx.x] = off;
+        offsets[threadIdx.x] = off;
+        if (c > 0) act_list[1 + ai] = threadIdx.x;
+    }
+    if (threadIdx.x == 0) {
+        offsets[E] = total;
+        act_list[0] = n_act;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        for (int a0 = 0; a0 < n; a0 += 32) {
+            const int a = a0 + lane;
+            const int e = a < n ? sid[a] : -1;
+            const u32 peers = __match_any_sync(0xffffffffu, e);
+            if (a < n) {
+                const int pos = cnt[e] + __popc(peers & ((1u << lane) - 1u));
+                tok_of[pos] = a / k;
+                wt_of[pos] = __ldcg(wts + a);
+                slot_of[a] = pos;
+            }
+            __syncwarp();
+            if (a < n && lane == __ffs(peers) - 1) cnt[e] += __popc(peers);
+            __syncwarp();
+        }
+    }
+}
+
+// moe_route and moe_plan in one launch (`AMDAHL_ROUTE_PLAN=fused`, opt-in until measured): a
+// warp per token, 32 tokens per block; the last block to finish (counted in `done`, which it
+// resets for the next launch) makes the plan. Dynamic smem: T·k + E + 34 ints.
+extern "C" __global__ void __launch_bounds__(1024) moe_route_plan(
+    const float* __restrict__ logits, int E, int T, int scoring, const float* __restrict__ bias,
+    const int* __restrict__ tid2eid, const int* __restrict__ tokens, int k, float scaling,
+    int norm_topk, int* ids, float* wts, int* __restrict__ offsets, int* __restrict__ tok_of,
+    float* __restrict__ wt_of, int* __restrict__ slot_of, int* __restrict__ act_list,
+    unsigned* __restrict__ done) {
+    pdl_enter();
+    extern __shared__ int plan_sm[];
+    __shared__ int last;
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t < T) route_token(logits, E, t, scoring, bias, tid2eid, tokens, k, scaling, norm_topk, ids, wts);
+    __threadfence();  // this block's assignments before its arrival
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every block's assignments, after their arrivals
+    plan_block(ids, wts, T * k, k, E, offsets, tok_of, wt_of, slot_of, act_list, plan_sm);
+    if (threadIdx.x == 0) *done = 0u;
 }
 
 // The plan of a dense expert every token goes through with weight 1 (the shared expert).

@@ -337,7 +337,14 @@ pub mod moe {
     pub const MOE_PLAN: Entry = e("moe", "moe_plan");
     pub const PLAN_IDENTITY: Entry = e("moe", "plan_identity");
     pub const MOE_COMBINE: Entry = e("moe", "moe_combine");
-    pub const ALL: [Entry; 4] = [MOE_ROUTE, MOE_PLAN, PLAN_IDENTITY, MOE_COMBINE];
+    pub const MOE_ROUTE_PLAN: Entry = e("moe", "moe_route_plan");
+    pub const ALL: [Entry; 5] = [
+        MOE_ROUTE,
+        MOE_PLAN,
+        PLAN_IDENTITY,
+        MOE_COMBINE,
+        MOE_ROUTE_PLAN,
+    ];
     /// Limits of `moe_route`.
     pub const MAX_EXPERTS: usize = 384;
     pub const MAX_TOP_K: usize = 16;

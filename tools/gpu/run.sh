@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [launches] [prefill] [ncu] [ncufull] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [ab] [launches] [prefill] [ncu] [ncufull] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
 # to $OUT. `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1,
 # then 2: with weight prefetches). `indexer` runs the model tests and the decode profile with the
 # tiled indexer kernels (AMDAHL_INDEXER=tiles) and times both indexer kernel sets by ncu.
-# `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
+# `ab` repeats the decode profile once per environment assignment in AB (space-separated, e.g.
+# AB="AMDAHL_ROUTE_PLAN=fused AMDAHL_INDEXER=tiles"). `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
 # at each of LAUNCH_BATCH (tools/gpu/launches.py). SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
 # of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
@@ -130,6 +131,15 @@ if [[ " $what " == *" indexer "* ]]; then
       done
     done
   fi
+fi
+if [[ " $what " == *" ab "* ]]; then
+  for kv in ${AB:-AMDAHL_ROUTE_PLAN=fused}; do
+    tag=$(echo "$kv" | tr -c 'A-Za-z0-9\n' '_')
+    env "$kv" timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+      --expert-format nvfp4 --steps 20 --json "$OUT/profile_$tag.json" >"$OUT/profile_$tag.txt" 2>&1
+    echo "profile ($kv) rc=$?" >>"$OUT/profile_$tag.txt"
+    grep -E '^batch|rc=' "$OUT/profile_$tag.txt"
+  done
 fi
 if [[ " $what " == *" launches "* ]] && command -v ncu >/dev/null; then
   # Model kernels only (no weight fills, copy or cuBLAS peaks): the first ones are the warm-up step.

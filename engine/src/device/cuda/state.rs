@@ -252,6 +252,8 @@ pub struct StepBufs {
     pub y_slot: DevBuf,
     pub sh_offsets: DevBuf,
     pub sh_act_list: DevBuf,
+    /// Arrival counter of `moe_route_plan` (zero between launches: its last block resets it).
+    pub route_done: DevBuf,
     pub sh_tok: DevBuf,
     pub sh_wt: DevBuf,
     pub sh_act: DevBuf,
@@ -333,6 +335,7 @@ impl StepBufs {
             y_slot: gpu.zeros(t * k.max(1) * d * f)?,
             sh_offsets: gpu.zeros(2 * 4)?,
             sh_act_list: gpu.zeros(2 * 4)?,
+            route_done: gpu.zeros(4)?,
             sh_tok: gpu.zeros(t * 4)?,
             sh_wt: gpu.zeros(t * f)?,
             sh_act: gpu.zeros(t * sh_inter * bf)?,

@@ -18,7 +18,8 @@ pub use attention::*;
 pub use linear::*;
 pub use mhc::*;
 pub use moe::{
-    MoePlan, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_up, plan_identity,
+    MoePlan, PlanOut, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_route_plan,
+    moe_up, plan_identity, route_plan_fused,
 };
 
 /// Sampling parameter arrays (per logit row) and the output.

@@ -3,7 +3,7 @@
 
 use amdahl_kernels::{linear_entry, moe as kmoe, warp_entry};
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 use super::super::gpu::{Args, Gpu, Launch};
 use super::super::weights::GLinear;
@@ -229,6 +229,62 @@ pub fn moe_route(gpu: &Gpu, r: RouteArgs, t: usize) -> Result<u64> {
             .i32(r.norm_topk as i32)
             .ptr(r.ids)
             .ptr(r.wts),
+    )?;
+    Ok(l.blocks())
+}
+
+/// Where a plan goes: `moe_plan`'s outputs.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanOut {
+    pub offsets: u64,
+    pub tok_of: u64,
+    pub wt_of: u64,
+    pub slot_of: u64,
+    pub act_list: u64,
+}
+
+/// Whether routing and its plan run as one launch (`AMDAHL_ROUTE_PLAN=fused`: `moe_route_plan`,
+/// opt-in until measured) or as `moe_route` then `moe_plan` (the default).
+pub fn route_plan_fused() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("AMDAHL_ROUTE_PLAN").as_deref() == Ok("fused"))
+}
+
+/// `moe_route` and `moe_plan` in one launch: 32 tokens per block, the last block to finish
+/// plans (`done`: a zeroed counter it leaves zeroed). The plan equals `moe_plan`'s.
+pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) -> Result<u64> {
+    if r.experts > kmoe::MAX_EXPERTS || r.k > kmoe::MAX_TOP_K {
+        return Err(EngineError::Device(format!(
+            "{} experts, top-{}: beyond moe_route_plan's {} and {}",
+            r.experts,
+            r.k,
+            kmoe::MAX_EXPERTS,
+            kmoe::MAX_TOP_K
+        )));
+    }
+    let l = Launch::new((t.div_ceil(32), 1, 1), 1024, (t * r.k + r.experts + 34) * 4);
+    gpu.launch(
+        kmoe::MOE_ROUTE_PLAN,
+        l,
+        Args::new()
+            .ptr(r.logits)
+            .usize(r.experts)
+            .usize(t)
+            .i32(r.scoring)
+            .ptr(r.bias)
+            .ptr(r.tid2eid)
+            .ptr(r.tokens)
+            .usize(r.k)
+            .f32(r.scaling)
+            .i32(r.norm_topk as i32)
+            .ptr(r.ids)
+            .ptr(r.wts)
+            .ptr(p.offsets)
+            .ptr(p.tok_of)
+            .ptr(p.wt_of)
+            .ptr(p.slot_of)
+            .ptr(p.act_list)
+            .ptr(done),
     )?;
     Ok(l.blocks())
 }

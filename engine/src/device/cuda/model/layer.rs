@@ -520,36 +520,44 @@ pub(crate) fn moe_forward(
         bf.logits_r.ptr(),
         t,
     )?);
-    tm.count(k::moe_route(
-        g,
-        RouteArgs {
-            logits: bf.logits_r.ptr(),
-            experts: e,
-            scoring: m.scoring,
-            bias: m.bias.as_ref().map_or(0, |b| b.ptr()),
-            tid2eid: m.tid2eid.as_ref().map_or(0, |b| b.ptr()),
-            tokens,
-            k: kk,
-            scaling: m.scaling,
-            norm_topk: m.norm_topk,
-            ids: bf.ids.ptr(),
-            wts: bf.wts.ptr(),
-        },
-        t,
-    )?);
-    tm.count(k::moe_plan(
-        g,
-        bf.ids.ptr(),
-        bf.wts.ptr(),
-        t * kk,
-        kk,
-        e,
-        bf.offsets.ptr(),
-        bf.tok_of.ptr(),
-        bf.wt_of.ptr(),
-        bf.slot_of.ptr(),
-        bf.act_list.ptr(),
-    )?);
+    let route = RouteArgs {
+        logits: bf.logits_r.ptr(),
+        experts: e,
+        scoring: m.scoring,
+        bias: m.bias.as_ref().map_or(0, |b| b.ptr()),
+        tid2eid: m.tid2eid.as_ref().map_or(0, |b| b.ptr()),
+        tokens,
+        k: kk,
+        scaling: m.scaling,
+        norm_topk: m.norm_topk,
+        ids: bf.ids.ptr(),
+        wts: bf.wts.ptr(),
+    };
+    let out = k::PlanOut {
+        offsets: bf.offsets.ptr(),
+        tok_of: bf.tok_of.ptr(),
+        wt_of: bf.wt_of.ptr(),
+        slot_of: bf.slot_of.ptr(),
+        act_list: bf.act_list.ptr(),
+    };
+    if k::route_plan_fused() {
+        tm.count(k::moe_route_plan(g, route, out, bf.route_done.ptr(), t)?);
+    } else {
+        tm.count(k::moe_route(g, route, t)?);
+        tm.count(k::moe_plan(
+            g,
+            bf.ids.ptr(),
+            bf.wts.ptr(),
+            t * kk,
+            kk,
+            e,
+            out.offsets,
+            out.tok_of,
+            out.wt_of,
+            out.slot_of,
+            out.act_list,
+        )?);
+    }
     let plan = k::MoePlan {
         offsets: bf.offsets.ptr(),
         act_list: bf.act_list.ptr(),

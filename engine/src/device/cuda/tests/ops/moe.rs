@@ -128,3 +128,111 @@ fn moe_matches_the_cpu_at_v4_widths() {
         }
     }
 }
+
+/// `moe_route_plan` (one launch, the last block plans) leaves exactly what `moe_route` then
+/// `moe_plan` leave, for top-k and hash routing, one block of tokens and several, and again on
+/// a second launch (its arrival counter back at zero).
+#[test]
+fn fused_route_plan_equals_route_then_plan() {
+    use crate::device::cuda::launch::{self as k, PlanOut, RouteArgs};
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(31);
+    let (e, kk) = (256usize, 6usize);
+    let done = g.zeros(4).unwrap();
+    for (t, hash) in [
+        (1usize, false),
+        (16, false),
+        (33, false),
+        (100, false),
+        (40, true),
+    ] {
+        let logits = g.upload(&randn(&mut rng, t * e, 1.0)).unwrap();
+        let bias = g.upload(&randn(&mut rng, e, 0.1)).unwrap();
+        let tid2eid: Vec<i32> = (0..64 * kk)
+            .map(|j| ((j * 7 + j / kk) % e) as i32)
+            .collect();
+        let tid2eid = g.upload(&tid2eid).unwrap();
+        let toks: Vec<i32> = (0..t).map(|j| (j * 13 % 64) as i32).collect();
+        let toks = g.upload(&toks).unwrap();
+        // Two sets of outputs, poisoned: route + plan, then the fused launch.
+        let sets: Vec<Vec<crate::device::cuda::gpu::DevBuf>> = (0..2)
+            .map(|_| {
+                [t * kk, t * kk, e + 1, t * kk, t * kk, t * kk, e + 1]
+                    .iter()
+                    .map(|&n| super::poisoned(&g, n * 4))
+                    .collect()
+            })
+            .collect();
+        let args = |s: &[crate::device::cuda::gpu::DevBuf]| {
+            (
+                RouteArgs {
+                    logits: logits.ptr(),
+                    experts: e,
+                    scoring: 0,
+                    bias: if hash { 0 } else { bias.ptr() },
+                    tid2eid: if hash { tid2eid.ptr() } else { 0 },
+                    tokens: toks.ptr(),
+                    k: kk,
+                    scaling: 1.5,
+                    norm_topk: true,
+                    ids: s[0].ptr(),
+                    wts: s[1].ptr(),
+                },
+                PlanOut {
+                    offsets: s[2].ptr(),
+                    tok_of: s[3].ptr(),
+                    wt_of: s[4].ptr(),
+                    slot_of: s[5].ptr(),
+                    act_list: s[6].ptr(),
+                },
+            )
+        };
+        let (r, p) = args(&sets[0]);
+        k::moe_route(&g, r, t).unwrap();
+        let (ids, wts) = (r.ids, r.wts);
+        k::moe_plan(
+            &g,
+            ids,
+            wts,
+            t * kk,
+            kk,
+            e,
+            p.offsets,
+            p.tok_of,
+            p.wt_of,
+            p.slot_of,
+            p.act_list,
+        )
+        .unwrap();
+        let read = |s: &[crate::device::cuda::gpu::DevBuf]| -> Vec<Vec<u32>> {
+            s.iter()
+                .zip([t * kk, t * kk, e + 1, t * kk, t * kk, t * kk, e + 1])
+                .map(|(b, n)| g.read::<u32>(b, 0, n).unwrap())
+                .collect()
+        };
+        let want = read(&sets[0]);
+        // act_list holds 1 + the active count entries; the rest stays poisoned in both.
+        for round in 0..2 {
+            let (r, p) = args(&sets[1]);
+            k::moe_route_plan(&g, r, p, done.ptr(), t).unwrap();
+            let got = read(&sets[1]);
+            for (i, name) in [
+                "ids", "wts", "offsets", "tok_of", "wt_of", "slot_of", "act_list",
+            ]
+            .iter()
+            .enumerate()
+            {
+                assert_eq!(
+                    got[i], want[i],
+                    "{name}: t={t} hash={hash} round {round}: fused differs"
+                );
+            }
+            assert_eq!(
+                g.read::<u32>(&done, 0, 1).unwrap(),
+                vec![0],
+                "counter reset"
+            );
+        }
+        println!("route + plan fused = separate: t={t} hash={hash}");
+    }
+}
