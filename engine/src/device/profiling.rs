@@ -132,6 +132,9 @@ pub struct ProfileReport {
     pub weight_bytes: u64,
     pub batches: Vec<BatchProfile>,
     pub prefill: Option<PrefillProfile>,
+    /// The kernel variants and switches in effect (opt-in builds, `AMDAHL_*` choices), so a log
+    /// says what it measured.
+    pub kernels: String,
 }
 
 /// What `amdahl profile --device cpu --model DIR` measures.
@@ -245,5 +248,6 @@ pub fn profile_cpu(
         weight_bytes: 0,
         batches,
         prefill: None,
+        kernels: "the CPU reference".into(),
     })
 }

@@ -166,6 +166,7 @@ pub fn render(r: &ProfileReport) -> String {
             r.ctx
         );
     }
+    s += &format!("kernels: {}\n", r.kernels);
     for b in &r.batches {
         let per_layer =
             (b.step_seconds - b.clock.get(Stage::Head).as_secs_f64()).max(0.0) / r.layers as f64;
@@ -318,7 +319,7 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
         "device": r.device.label, "name": r.device.name, "sms": r.device.sms,
         "copy_bandwidth": r.peaks.bandwidth, "gemm_flops": r.peaks.flops,
         "layers": r.layers, "ctx": r.ctx, "expert_format": r.expert_format,
-        "weight_bytes": r.weight_bytes, "batches": batches,
+        "weight_bytes": r.weight_bytes, "kernels": r.kernels, "batches": batches,
         "prefill": r.prefill.as_ref().map(|p| serde_json::json!({
             "tokens": p.tokens, "chunk": p.chunk, "seconds": p.seconds,
             "gemm_flops": p.gemm_flops(), "gemm_flops_per_second": p.gemm_flops_per_second(),

@@ -209,7 +209,48 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
         weight_bytes: wb,
         batches: out,
         prefill,
+        kernels: kernel_choices(&model),
     })
+}
+
+/// The kernel variants and switches a profile of `m` runs with.
+fn kernel_choices(m: &GpuModel) -> String {
+    let env = |k: &str, default: &str| std::env::var(k).unwrap_or_else(|_| default.to_string());
+    let pdl = match m.gpu.pdl() {
+        crate::device::Pdl::Off => "off".to_string(),
+        p => format!("{p:?} up to {} tokens", m.pdl_max_tokens),
+    };
+    format!(
+        "programmatic launches {pdl}; indexer {:?}; route+plan {}; expert kernels {}; \
+         streamed linears {}; tiled GEMM {}; side stream {}; FP4 tiles {}",
+        super::launch::indexer_kernels(),
+        if super::launch::route_plan_fused() {
+            "fused"
+        } else {
+            "separate"
+        },
+        env("AMDAHL_MOE_KERNEL", "by size"),
+        if env("AMDAHL_STREAM", "1") == "0" {
+            "off"
+        } else {
+            "on"
+        },
+        if env("AMDAHL_GEMM", "1") == "0" {
+            "off"
+        } else {
+            "on"
+        },
+        if env("AMDAHL_FORK", "1") == "0" {
+            "off"
+        } else {
+            "on"
+        },
+        if env("AMDAHL_FP4_TILES", "1") == "0" {
+            "off"
+        } else {
+            "on"
+        },
+    )
 }
 
 /// One `tokens`-long prompt into slot 0 from position 0 (after the decode batches: the slot's
