@@ -172,10 +172,15 @@ if [[ " $what " == *" ncu "* ]] && command -v ncu >/dev/null; then
   done
 fi
 if [[ " $what " == *" ncufull "* ]] && command -v ncu >/dev/null; then
-  # Every section (memory, occupancy, warp stalls) of the kernels named by NCUF_KERNELS at one batch.
-  timeout 240 ncu --set full -k "regex:${NCUF_KERNELS:-linear_fp8}" --launch-count ${NCUF_COUNT:-6} .gpu/amdahl profile \
-    --dummy v4-flash --layers 1 --batch ${NCUF_BATCH:-1} --ctx 8192 --steps 1 >"$OUT/ncu_full.txt" 2>&1
-  grep -E '^  [a-z_]+.*\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|One or More Eligible|Stall' "$OUT/ncu_full.txt" | head -n 80
+  # Every section (memory, occupancy, warp stalls) of kernels at a batch: NCUF, a list of
+  # regex@batch (e.g. NCUF="moe_up_w@16 stream_linear_fp8@1"), else NCUF_KERNELS at NCUF_BATCH.
+  for kb in ${NCUF:-${NCUF_KERNELS:-linear_fp8}@${NCUF_BATCH:-1}}; do
+    kr=${kb%@*}; b=${kb##*@}; tag=$(echo "${kr}_b$b" | tr -c 'A-Za-z0-9_\n' '_')
+    timeout 240 ncu --set full -k "regex:$kr" --launch-count ${NCUF_COUNT:-6} .gpu/amdahl profile \
+      --dummy v4-flash --layers 1 --batch "$b" --ctx 8192 --steps 1 >"$OUT/ncu_full_$tag.txt" 2>&1
+    echo "--- ncu full: $kr at batch $b"
+    grep -E '^  [a-z_]+.*\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|One or More Eligible|Stall' "$OUT/ncu_full_$tag.txt" | head -n 80
+  done
 fi
 if [[ " $what " == *" peers "* ]]; then
   # The peers at the same shapes (tools/gpu/peers.py); SGLang's kernel only if brought in .gpu/peers.
