@@ -234,6 +234,14 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
+// `pdl_enter()` for the streamed dense linears: in level-2 builds they enter without waiting and
+// wait in `stream_core` after issuing their first stages of weights (linear_stream.cu).
+__device__ __forceinline__ void pdl_enter_after_weights() {
+#ifndef PDL_PREFETCH
+    pdl_enter();
+#endif
+}
+
 // Prefetches [p, p + bytes) into L2 (p and bytes multiples of 16): `prefetch_l2` with the
 // block's threads taking consecutive 4 KiB pieces, `prefetch_l2_own` by the calling thread alone.
 __device__ __forceinline__ void prefetch_piece(const char* c, i64 o, i64 bytes) {

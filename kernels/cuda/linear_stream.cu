@@ -114,8 +114,11 @@ struct SItem {
 // The streamed core. `item(i)` describes item i of `total`; `xrow(entry)` is the bf16 input row
 // of a token entry (of matrix e); `store(e, entry, n, v0, v1)` takes one finished output (v1: the second
 // matrix, DUAL) before post-scaling. Passes of 8·NT entries re-stream an item's weights (an
-// expert with more tokens than that; never with splits > 1).
-template <int FMT, int NT, int DUAL, class Item, class XRow, class Store>
+// expert with more tokens than that; never with splits > 1). EARLY (the dense linears, whose
+// items and row pointers are arithmetic): in level-2 builds the kernel entered without waiting
+// (`pdl_enter_after_weights`), and each warp issues its first ring stages of weights, which no
+// earlier kernel writes, before `pdl_enter()`, so their latency overlaps the previous kernel.
+template <int FMT, int NT, int DUAL, int EARLY, class Item, class XRow, class Store>
 __device__ __forceinline__ void stream_core(const WDesc& d0, const WDesc& d1, int N, int K,
                                             int total, int splits, int stages, float* ws,
                                             unsigned* cnt, Item item, XRow xrow, Store store) {
@@ -197,6 +200,12 @@ __device__ __forceinline__ void stream_core(const WDesc& d0, const WDesc& d1, in
         nst += max(1, (f.count + per_pass - 1) / per_pass) * spi;
     }
     int issued = 0;
+#ifdef PDL_PREFETCH
+    if (EARLY) {
+        while (issued < min(nst, stages)) issue(issued++);
+        pdl_enter();
+    }
+#endif
     int c_it = i0, c_pass = 0, c_sub = 0;
     SItem c = i0 < i1 ? item(i0) : SItem{};
     int c_passes = max(1, (c.count + per_pass - 1) / per_pass);
@@ -411,7 +420,7 @@ __device__ void stream_linear_kernel(WDesc d, const u16* __restrict__ x, int ldx
     const int nw = gridDim.x * STREAM_WARPS;
     const int splits = stream_splits(tiles * matrices, spk, nw, SPLIT_PARTS / (128 * NT), M <= 8 * NT);
     const int per = tiles * splits;
-    stream_core<FMT, NT, 0>(
+    stream_core<FMT, NT, 0, 1>(
         d, d, N, K, matrices * per, splits, stages, ws, cnt,
         [&](int i) {
             const int e = i / per, r = i % per, tile = r / splits;
@@ -455,7 +464,7 @@ __device__ void stream_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, 
                                  unsigned* cnt) {
     int per, splits;
     const int total = stream_expert_items<FMT, 1, 1>(act_list, N, K, tokens, &per, &splits);
-    stream_core<FMT, 1, 1>(
+    stream_core<FMT, 1, 1, 0>(
         w1, w3, N, K, total, splits, stages, ws, cnt,
         [&](int i) { return expert_item(i, per, splits, K, act_list, offsets); },
         [&](int, int entry) { return x + (i64)tok_of[entry] * ldx; },
@@ -473,7 +482,7 @@ __device__ void stream_down_kernel(WDesc w2, const u16* __restrict__ act,
                                    int K, int tokens, int stages, float* ws, unsigned* cnt) {
     int per, splits;
     const int total = stream_expert_items<FMT, 1, 0>(act_list, N, K, tokens, &per, &splits);
-    stream_core<FMT, 1, 0>(
+    stream_core<FMT, 1, 0, 0>(
         w2, w2, N, K, total, splits, stages, ws, cnt,
         [&](int i) { return expert_item(i, per, splits, K, act_list, offsets); },
         [&](int, int entry) { return act + (i64)entry * K; },
@@ -485,12 +494,12 @@ __device__ void stream_down_kernel(WDesc w2, const u16* __restrict__ act,
 #define STREAM_ENTRY(NAME, FMT)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_##NAME##_nt1(                      \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
-        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter();                               \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter_after_weights();                 \
         stream_linear_kernel<FMT, 1>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_##NAME##_nt2(                      \
         WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
-        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter();                               \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter_after_weights();                 \
         stream_linear_kernel<FMT, 2>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) stream_up_##NAME(                                \

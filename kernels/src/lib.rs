@@ -575,7 +575,9 @@ mod tests {
     /// The host may launch every kernel as a programmatic dependent (sm_90+, `AMDAHL_PDL=1`),
     /// which is safe only because each kernel body waits for its predecessor first:
     /// `pdl_enter();` is the first statement of every `__global__` function, after nothing but a
-    /// weight prefetch (`*_prefetch<FMT>(...)`, empty unless AMDAHL_PDL=2).
+    /// weight prefetch (`*_prefetch<FMT>(...)`, empty unless AMDAHL_PDL=2), or, for the streamed
+    /// dense linears, `pdl_enter_after_weights();` (in AMDAHL_PDL=2 builds their core waits after
+    /// issuing its first weight stages; otherwise it is `pdl_enter()`).
     #[test]
     fn every_kernel_waits_for_its_predecessor_first() {
         let mut kernels = 0;
@@ -595,6 +597,10 @@ mod tests {
                 let mut first = stmts.next().unwrap_or("");
                 while first.starts_with("linear_prefetch<") || first.starts_with("f32x_prefetch<") {
                     first = stmts.next().unwrap_or("");
+                }
+                if first == "pdl_enter_after_weights()" {
+                    assert_eq!(m.name, "linear_stream", "pdl_enter_after_weights() outside");
+                    first = "pdl_enter()";
                 }
                 assert_eq!(
                     first,

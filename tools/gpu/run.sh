@@ -101,6 +101,13 @@ if [[ " $what " == *" profile "* ]]; then
   fi
 fi
 if [[ " $what " == *" pdl "* ]]; then
+  # The op tests in the level-2 build with every launch programmatic (the streamed linears there
+  # issue weights before they wait; the model tests' tiny models never stream).
+  for t in linears_in_every_format_match_the_cpu moe_matches_the_cpu_at_v4_widths tiled_gemm_matches_the_cpu; do
+    if AMDAHL_PDL=2 timeout 240 .gpu/engine-tests "$t" --nocapture --test-threads 1 >/tmp/t.log 2>&1; then r=ok; else r=FAILED; fi
+    echo "=== $r $t (AMDAHL_PDL=2)" | tee -a "$OUT/pdl_tests.log"
+    grep -v '^$' /tmp/t.log | tail -n 30 >>"$OUT/pdl_tests.log"
+  done
   for level in 1 2; do
     AMDAHL_PDL=$level timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
       --expert-format nvfp4 --steps 20 --json "$OUT/profile_pdl$level.json" >"$OUT/profile_pdl$level.txt" 2>&1
