@@ -61,6 +61,12 @@ pub const ATTENTION: Module = Module {
     headers: &[],
     source: include_str!("../cuda/attention.cu"),
 };
+/// The lightning indexer's scores and top-k.
+pub const INDEXER: Module = Module {
+    name: "indexer",
+    headers: &[],
+    source: include_str!("../cuda/indexer.cu"),
+};
 pub const MOE: Module = Module {
     name: "moe",
     headers: &[],
@@ -78,12 +84,13 @@ pub const UTIL: Module = Module {
 };
 
 /// Every module, in load order.
-pub const MODULES: [Module; 8] = [
+pub const MODULES: [Module; 9] = [
     LINEAR,
     LINEAR_STREAM,
     LINEAR_GEMM,
     MHC,
     ATTENTION,
+    INDEXER,
     MOE,
     SAMPLE,
     UTIL,
@@ -290,11 +297,11 @@ pub mod attention {
     pub const ROPE_HEADS: Entry = e("attention", "rope_heads");
     pub const KV_PREP: Entry = e("attention", "kv_prep");
     pub const COMPRESSOR_UPDATE: Entry = e("attention", "compressor_update");
-    pub const INDEXER_SCORES: Entry = e("attention", "indexer_scores");
-    pub const INDEXER_SCORES_K1: Entry = e("attention", "indexer_scores_k1");
-    pub const INDEXER_SCORES_K4: Entry = e("attention", "indexer_scores_k4");
-    pub const TOPK_SELECT: Entry = e("attention", "topk_select");
-    pub const TOPK_SELECT_WARP: Entry = e("attention", "topk_select_warp");
+    pub const INDEXER_SCORES: Entry = e("indexer", "indexer_scores");
+    pub const INDEXER_SCORES_K1: Entry = e("indexer", "indexer_scores_k1");
+    pub const INDEXER_SCORES_K4: Entry = e("indexer", "indexer_scores_k4");
+    pub const TOPK_SELECT: Entry = e("indexer", "topk_select");
+    pub const TOPK_SELECT_WARP: Entry = e("indexer", "topk_select_warp");
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
@@ -514,12 +521,12 @@ mod tests {
             (ATTENTION.source, "#define ATT_NBUF", attention::KV_BUFFERS),
             (ATTENTION.source, "#define ATT_SLD", attention::SCORE_LD),
             (
-                ATTENTION.source,
+                INDEXER.source,
                 "#define IDX_MAXH",
                 attention::INDEXER_MAX_HEADS,
             ),
             (
-                ATTENTION.source,
+                INDEXER.source,
                 "#define IDX_HW",
                 attention::INDEXER_HEADS_PER_WARP,
             ),
