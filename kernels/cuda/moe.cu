@@ -112,24 +112,15 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int E, in
     route_token(logits, E, t, scoring, bias, tid2eid, tokens, k, scaling, norm_topk, ids, wts);
 }
 
-// Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
-// order, slot_of[a] = the position of assignment a, and the active experts act_list = [count,
-// ids ascending...] the expert kernels iterate over. One block of >= E threads; deterministic.
-extern "C" __global__ void __launch_bounds__(1024) moe_plan(
-    const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
-    int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
-    int* __restrict__ slot_of, int* __restrict__ act_list) {
-    pdl_enter();
-    __shared__ int cnt[ROUTE_MAXE + 1];
-    extern __shared__ int sid[];  // the assignments' experts, n ints
-    for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
-    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = ids[a];
+// The plan's counts, after the caller stored the n assignments' experts in sid (shared): each
+// expert's offset into cnt[0..E) and offsets, and the active list, by two block scans (thread e
+// holds expert e; blockDim >= E) instead of one thread walking the experts. scan: 33 ints.
+__device__ void plan_counts(const int* sid, int n, int E, int* cnt, int* scan,
+                            int* __restrict__ offsets, int* __restrict__ act_list) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
     __syncthreads();
-    // Offsets and the active list by two block scans (thread e holds expert e; blockDim >= E),
-    // instead of one thread walking the experts.
-    __shared__ int scan[33];
     const int c = threadIdx.x < E ? cnt[threadIdx.x] : 0;
     int total, n_act;
     const int off = block_exclusive_scan(c, scan, &total);
@@ -144,6 +135,21 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
         act_list[0] = n_act;
     }
     __syncthreads();
+}
+
+// Groups assignments a = t·k + j by expert: offsets [E+1], tok_of / wt_of in (expert, token)
+// order, slot_of[a] = the position of assignment a, and the active experts act_list = [count,
+// ids ascending...] the expert kernels iterate over. One block of >= E threads; deterministic.
+extern "C" __global__ void __launch_bounds__(1024) moe_plan(
+    const int* __restrict__ ids, const float* __restrict__ wts, int n, int k, int E,
+    int* __restrict__ offsets, int* __restrict__ tok_of, float* __restrict__ wt_of,
+    int* __restrict__ slot_of, int* __restrict__ act_list) {
+    pdl_enter();
+    __shared__ int cnt[ROUTE_MAXE + 1];
+    extern __shared__ int sid[];  // the assignments' experts, n ints
+    __shared__ int scan[33];
+    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = ids[a];
+    plan_counts(sid, n, E, cnt, scan, offsets, act_list);
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int pos = cnt[e];
         for (int a = 0; a < n; a++) {
@@ -169,25 +175,8 @@ __device__ void plan_block(const int* ids, const float* wts, int n, int k, int E
     int* sid = sm;            // n: the assignments' experts
     int* cnt = sid + n;       // E: counts, then each expert's next position
     int* scan = cnt + E + 1;  // 33: block scan scratch
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = __ldcg(ids + a);
-    __syncthreads();
-    for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
-    __syncthreads();
-    const int c = threadIdx.x < E ? cnt[threadIdx.x] : 0;
-    int total, n_act;
-    const int off = block_exclusive_scan(c, scan, &total);
-    const int ai = block_exclusive_scan(c > 0 ? 1 : 0, scan, &n_act);
-    if (threadIdx.x < E) {
-        cnt[threadIdx.x] = off;
-        offsets[threadIdx.x] = off;
-        if (c > 0) act_list[1 + ai] = threadIdx.x;
-    }
-    if (threadIdx.x == 0) {
-        offsets[E] = total;
-        act_list[0] = n_act;
-    }
-    __syncthreads();
+    plan_counts(sid, n, E, cnt, scan, offsets, act_list);
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         for (int a0 = 0; a0 < n; a0 += 32) {

@@ -216,6 +216,7 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
 /// The kernel variants and switches a profile of `m` runs with.
 fn kernel_choices(m: &GpuModel) -> String {
     let env = |k: &str, default: &str| std::env::var(k).unwrap_or_else(|_| default.to_string());
+    let on = |k: &str| if env(k, "1") == "0" { "off" } else { "on" };
     let pdl = match m.gpu.pdl() {
         crate::device::Pdl::Off => "off".to_string(),
         p => format!("{p:?} up to {} tokens", m.pdl_max_tokens),
@@ -230,26 +231,10 @@ fn kernel_choices(m: &GpuModel) -> String {
             "separate"
         },
         env("AMDAHL_MOE_KERNEL", "by size"),
-        if env("AMDAHL_STREAM", "1") == "0" {
-            "off"
-        } else {
-            "on"
-        },
-        if env("AMDAHL_GEMM", "1") == "0" {
-            "off"
-        } else {
-            "on"
-        },
-        if env("AMDAHL_FORK", "1") == "0" {
-            "off"
-        } else {
-            "on"
-        },
-        if env("AMDAHL_FP4_TILES", "1") == "0" {
-            "off"
-        } else {
-            "on"
-        },
+        on("AMDAHL_STREAM"),
+        on("AMDAHL_GEMM"),
+        on("AMDAHL_FORK"),
+        on("AMDAHL_FP4_TILES"),
     )
 }
 

@@ -213,24 +213,26 @@ pub struct RouteArgs {
 
 pub fn moe_route(gpu: &Gpu, r: RouteArgs, t: usize) -> Result<u64> {
     let l = Launch::new((t.div_ceil(8), 1, 1), 256, 0);
-    gpu.launch(
-        kmoe::MOE_ROUTE,
-        l,
-        Args::new()
-            .ptr(r.logits)
-            .usize(r.experts)
-            .usize(t)
-            .i32(r.scoring)
-            .ptr(r.bias)
-            .ptr(r.tid2eid)
-            .ptr(r.tokens)
-            .usize(r.k)
-            .f32(r.scaling)
-            .i32(r.norm_topk as i32)
-            .ptr(r.ids)
-            .ptr(r.wts),
-    )?;
+    gpu.launch(kmoe::MOE_ROUTE, l, &mut route_args(&r, t))?;
     Ok(l.blocks())
+}
+
+/// `moe_route`'s arguments, which `moe_route_plan` starts with.
+fn route_args(r: &RouteArgs, t: usize) -> Args {
+    let mut a = Args::new();
+    a.ptr(r.logits)
+        .usize(r.experts)
+        .usize(t)
+        .i32(r.scoring)
+        .ptr(r.bias)
+        .ptr(r.tid2eid)
+        .ptr(r.tokens)
+        .usize(r.k)
+        .f32(r.scaling)
+        .i32(r.norm_topk as i32)
+        .ptr(r.ids)
+        .ptr(r.wts);
+    a
 }
 
 /// Where a plan goes: `moe_plan`'s outputs.
@@ -266,19 +268,7 @@ pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) 
     gpu.launch(
         kmoe::MOE_ROUTE_PLAN,
         l,
-        Args::new()
-            .ptr(r.logits)
-            .usize(r.experts)
-            .usize(t)
-            .i32(r.scoring)
-            .ptr(r.bias)
-            .ptr(r.tid2eid)
-            .ptr(r.tokens)
-            .usize(r.k)
-            .f32(r.scaling)
-            .i32(r.norm_topk as i32)
-            .ptr(r.ids)
-            .ptr(r.wts)
+        route_args(&r, t)
             .ptr(p.offsets)
             .ptr(p.tok_of)
             .ptr(p.wt_of)
