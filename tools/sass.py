@@ -9,7 +9,7 @@ Predicting a kernel change from its instruction counts (docs/PERF.md) needs no d
 measurement still does.
 
     python3 -m venv target/nvrtc-venv
-    target/nvrtc-venv/bin/pip install nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-cuobjdump==13.2.*
+    target/nvrtc-venv/bin/pip install nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-cuobjdump==13.2.* nvidia-cuda-nvdisasm==13.2.*
     target/nvrtc-venv/bin/python tools/sass.py linear moe_up_w_nvfp4t stream_up_nvfp4t
 
 Pipes, as the Hopper tuning guides and ncu name them: ALU (LOP3, PRMT, SHF, LEA, IADD3, ISETP,

@@ -234,34 +234,40 @@ __device__ __forceinline__ const u16* cand_row(int c, int n_win, int p, int star
     return entries + ((i64)slot * maxE + e) * d;
 }
 
-// Split-K sparse attention on tensor cores: block (split, group of ATT_HG heads, row) attends
+// Split-K sparse attention on tensor cores: block (split, group of HG heads, row) attends
 // its heads of one query row over candidates [split·chunk, (split+1)·chunk) of its list (window
 // rows, then compressed entries: all visible for HCA (kind 1), the indexer's top-k for CSA
 // (kind 2)). K = V rows are shared by every head (MQA), so each 32-row tile is gathered once into
-// shared memory (cp.async, a ring of ATT_NBUF tiles) for all ATT_HG heads: S = Q·Kᵀ and O += P·V are
+// shared memory (cp.async, a ring of ATT_NBUF tiles) for all HG heads: S = Q·Kᵀ and O += P·V are
 // m16n8k16 bf16 MMAs with f32 accumulation. q is held as two bf16 parts (hi + lo, ~16 mantissa
 // bits: bf16 q alone moved whole-model logits of the tiny test models past their bound, since a
-// score's error grows with its size), and so is P for P·V (bf16 P, as in FlashAttention, did too). Warp w: head tile w/4 (16 heads); for S its candidate n-tile w%4 (8 rows),
-// for O the 8-column tiles w%4, w%4+4, … of d. Needs d % 16 == 0, d <= ATT_MAXD. Writes
-// un-normalized partials:
+// score's error grows with its size), and so is P for P·V (bf16 P, as in FlashAttention, did too).
+// The 16 warps: HG / 16 head tiles of WPT = 256 / HG warps each; warp j of a head tile computes
+// S's candidate n-tile j % 4 (8 rows) over the (j / 4)-th of KQ = WPT / 4 parts of d (the parts
+// summed in shared memory), and O's 8-column tiles j, j + WPT, ... of d. HG = 64 (4 warps per head
+// tile) shares each KV tile among the most heads; HG = 16 (`_h16`, for grids that would leave
+// most SMs idle: batch 1) gives each warp a quarter of the instructions, in 4× the blocks: a
+// block at batch 1 is a chain of dependent instructions, not bytes. Needs d % 16 == 0, d <= ATT_MAXD.
+// Writes un-normalized partials:
 // o [T][splits][H][d] and (max, sum) [T][splits][H][2]; an empty split writes max = -inf.
-extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial(
+template <int HG>
+__device__ __forceinline__ void sparse_attn_body(
     const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,
     const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,
     int W, int maxE, int H, int d, float scale, int chunk, int splits,
     const int* __restrict__ row_seq, const int* __restrict__ row_pos,
     const int* __restrict__ seq_slot, const int* __restrict__ seq_start,
     const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part) {
-    pdl_enter();
+    constexpr int WPT = 16 / (HG / 16), KQ = WPT / 4, NO = ATT_MAXD / 8 / WPT;
     extern __shared__ __align__(16) u8 smem_raw[];
     const int ld = d + ATT_PAD;  // bf16 per shared row: rows 16 bytes apart in the banks
-    u16* qs = reinterpret_cast<u16*>(smem_raw);                  // [ATT_HG][ld] q's bf16 part
-    u16* ql = qs + ATT_HG * ld;                                  // [ATT_HG][ld] q - bf16(q)
-    u16* kvs = ql + ATT_HG * ld;                                         // [NBUF][TILE][ld]
-    float* S = reinterpret_cast<float*>(kvs + ATT_NBUF * ATT_TILE * ld);  // [ATT_HG][ATT_SLD]
-    const int sp = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * ATT_HG;
+    u16* qs = reinterpret_cast<u16*>(smem_raw);                  // [HG][ld] q's bf16 part
+    u16* ql = qs + HG * ld;                                      // [HG][ld] q - bf16(q)
+    u16* kvs = ql + HG * ld;                                             // [NBUF][TILE][ld]
+    float* S = reinterpret_cast<float*>(kvs + ATT_NBUF * ATT_TILE * ld);  // [KQ][HG][ATT_SLD]
+    const int sp = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, tq = lane & 3, mh = warp >> 2, wq = warp & 3;
+    const int g = lane >> 2, tq = lane & 3, mh = warp / WPT, j = warp % WPT, wq = j & 3, kp = j >> 2;
     const int b = row_seq[t], p = row_pos[t];
     const int slot = seq_slot[b], start = seq_start[b], row0 = seq_row0[b];
     const int n_win = min(W, p + 1);
@@ -272,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
     const int c_begin = sp * chunk, c_end = min(total, c_begin + chunk);
     const i64 ob = ((i64)t * splits + sp) * H;
     if (c_begin >= c_end) {
-        for (int h = tid; h < ATT_HG && h0 + h < H; h += blockDim.x) {
+        for (int h = tid; h < HG && h0 + h < H; h += blockDim.x) {
             ml_part[(ob + h0 + h) * 2] = NEG_INF;
             ml_part[(ob + h0 + h) * 2 + 1] = 0.f;
         }
@@ -302,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
     }
     // q (f32, [H][d] of row t) in batches of ATT_QB float4 loads per thread, all in flight at
     // once: a load-convert-store loop waited out one L2 round trip per piece.
-    const int nq4 = ATT_HG * (d / 4);
+    const int nq4 = HG * (d / 4);
     for (int i0 = tid; i0 < nq4; i0 += ATT_THREADS * ATT_QB) {
         float4 v[ATT_QB];
 #pragma unroll
@@ -322,10 +328,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
                            pack_bf2(v[u].z - bf_lo(h23), v[u].w - bf_hi(h23)));
         }
     }
-    const int nd = (d / 8 - wq + 3) / 4;  // this warp's 8-wide column tiles of O: wq + 4n
-    float o[ATT_MAXD / 32][4];
+    const int nd = (d / 8 - j + WPT - 1) / WPT;  // this warp's 8-wide column tiles of O: j + WPT·n
+    // Its part of d for S, in 16-column steps: [k_lo, k_hi).
+    const int k_lo = 16 * (kp * (d / 16) / KQ), k_hi = 16 * ((kp + 1) * (d / 16) / KQ);
+    float o[NO][4];
 #pragma unroll
-    for (int n = 0; n < ATT_MAXD / 32; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float mr[2] = {NEG_INF, NEG_INF}, lr[2] = {0.f, 0.f};  // rows g, g+8 of head tile mh
     for (int it = 0; it < ntiles; it++) {
         const int c0 = c_begin + it * ATT_TILE;
@@ -336,13 +344,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
         cp_async_wait<ATT_NBUF - 1>();  // tile it has landed
         __syncthreads();
         const u16* kt = kvs + (it % ATT_NBUF) * ATT_TILE * ld;
-        // S tile (16 heads × 8 candidates) over all of d, in two accumulator chains.
+        // S tile (16 heads × 8 candidates) over this warp's part of d, in two accumulator chains.
         float sc[4] = {0.f, 0.f, 0.f, 0.f}, sc2[4] = {0.f, 0.f, 0.f, 0.f};
         const int qoff = (mh * 16 + (lane & 15)) * ld + (lane >> 4) * 8;
         const u16 *qa = qs + qoff, *la = ql + qoff;
         const u16* kb = kt + (wq * 8 + (lane & 7)) * ld + (lane >> 3) * 8;
-        int k = 0;
-        for (; k + 32 <= d; k += 32) {
+        int k = k_lo;
+        for (; k + 32 <= k_hi; k += 32) {
             u32 a0[4], a1[4], bb[4];
             ldsm_x4(bb, kb + k);
             ldsm_x4(a0, qa + k);
@@ -354,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
             mma_bf16(sc, a0, bb[0], bb[1]);
             mma_bf16(sc2, a1, bb[2], bb[3]);
         }
-        if (k < d) {  // d % 32 == 16
+        if (k < k_hi) {  // 16 columns left
             u32 a0[4], a1[4], bb[2];
             ldsm_x2(bb, kb + k);
             ldsm_x4(a0, qa + k);
@@ -365,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int col = wq * 8 + 2 * tq + (r & 1);
-            S[(mh * 16 + g + (r >> 1) * 8) * ATT_SLD + col] = c0 + col < c_end ? (sc[r] + sc2[r]) * scale : NEG_INF;
+            S[(kp * HG + mh * 16 + g + (r >> 1) * 8) * ATT_SLD + col] = c0 + col < c_end ? (sc[r] + sc2[r]) * scale : NEG_INF;
         }
         __syncthreads();
         // Online softmax of rows g, g+8 over the tile (the 4 lanes of a row group share it; the
@@ -377,18 +385,22 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
             const float* srow = S + (mh * 16 + g + 8 * r) * ATT_SLD;
             float mx = NEG_INF;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                pv[r][j] = srow[(j >> 2) * 16 + ((j >> 1) & 1) * 8 + 2 * tq + (j & 1)];
-                mx = fmaxf(mx, pv[r][j]);
+            for (int i = 0; i < 8; i++) {
+                const int col = (i >> 2) * 16 + ((i >> 1) & 1) * 8 + 2 * tq + (i & 1);
+                float v = srow[col];
+#pragma unroll
+                for (int p = 1; p < KQ; p++) v += srow[p * HG * ATT_SLD + col];
+                pv[r][i] = v;
+                mx = fmaxf(mx, v);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float mn = fmaxf(mr[r], mx);
             float sum = 0.f;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                pv[r][j] = mn == NEG_INF ? 0.f : __expf(pv[r][j] - mn);
-                sum += pv[r][j];
+            for (int i = 0; i < 8; i++) {
+                pv[r][i] = mn == NEG_INF ? 0.f : __expf(pv[r][i] - mn);
+                sum += pv[r][i];
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -396,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
             lr[r] = lr[r] * alpha + sum;
             mr[r] = mn;
 #pragma unroll
-            for (int n = 0; n < ATT_MAXD / 32; n++) {
+            for (int n = 0; n < NO; n++) {
                 o[n][2 * r] *= alpha;
                 o[n][2 * r + 1] *= alpha;
             }
@@ -412,12 +424,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
         }
         // O (16 heads × this warp's column tiles) += P · V over the tile's 32 rows: one
         // transposed ldmatrix gives a column tile's B fragments for both 16-row halves.
-        const u16* vb = kt + lane * ld + wq * 8;
+        const u16* vb = kt + lane * ld + j * 8;
 #pragma unroll
-        for (int n = 0; n < ATT_MAXD / 32; n++) {
+        for (int n = 0; n < NO; n++) {
             if (n >= nd) break;
             u32 bb[4];
-            ldsm_x4_t(bb, vb + n * 32);
+            ldsm_x4_t(bb, vb + n * 8 * WPT);
             mma_bf16(o[n], pa[0], bb[0], bb[1]);
             mma_bf16(o[n], pa[1], bb[2], bb[3]);
             mma_bf16(o[n], pl[0], bb[0], bb[1]);
@@ -428,15 +440,34 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
     for (int r = 0; r < 2; r++) {
         const int h = h0 + mh * 16 + g + 8 * r;
         if (h >= H) continue;
-        float* orow = o_part + (ob + h) * d + wq * 8 + 2 * tq;
+        float* orow = o_part + (ob + h) * d + j * 8 + 2 * tq;
 #pragma unroll
-        for (int n = 0; n < ATT_MAXD / 32; n++)
-            if (n < nd) *reinterpret_cast<float2*>(orow + n * 32) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
-        if (wq == 0 && tq == 0) {
+        for (int n = 0; n < NO; n++)
+            if (n < nd) *reinterpret_cast<float2*>(orow + n * 8 * WPT) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+        if (j == 0 && tq == 0) {
             ml_part[(ob + h) * 2] = mr[r];
             ml_part[(ob + h) * 2 + 1] = lr[r];
         }
     }
+}
+
+#define SPARSE_ATTN_PARAMS                                                                                \
+    const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,          \
+        const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,     \
+        int W, int maxE, int H, int d, float scale, int chunk, int splits,                                \
+        const int* __restrict__ row_seq, const int* __restrict__ row_pos,                                 \
+        const int* __restrict__ seq_slot, const int* __restrict__ seq_start,                              \
+        const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part
+#define SPARSE_ATTN_ARGS                                                                                  \
+    q, kv_step, ring, entries, topk_idx, topk, kind, m, W, maxE, H, d, scale, chunk, splits, row_seq,    \
+        row_pos, seq_slot, seq_start, seq_row0, o_part, ml_part
+extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial(SPARSE_ATTN_PARAMS) {
+    pdl_enter();
+    sparse_attn_body<ATT_HG>(SPARSE_ATTN_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial_h16(SPARSE_ATTN_PARAMS) {
+    pdl_enter();
+    sparse_attn_body<16>(SPARSE_ATTN_ARGS);
 }
 
 // Merges the splits of each head with the sink in the denominator, rotates the rope dims back by

@@ -303,9 +303,10 @@ pub mod attention {
     pub const TOPK_SELECT: Entry = e("indexer", "topk_select");
     pub const TOPK_SELECT_WARP: Entry = e("indexer", "topk_select_warp");
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
+    pub const SPARSE_ATTN_PARTIAL_H16: Entry = e("attention", "sparse_attn_partial_h16");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 12] = [
+    pub const ALL: [Entry; 13] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
@@ -316,12 +317,15 @@ pub mod attention {
         TOPK_SELECT,
         TOPK_SELECT_WARP,
         SPARSE_ATTN_PARTIAL,
+        SPARSE_ATTN_PARTIAL_H16,
         SPARSE_ATTN_COMBINE,
         RING_STORE,
     ];
     /// Heads per block, candidate rows per tile and threads of `sparse_attn_partial`, its
-    /// largest head dim (which must also be a multiple of 16) and shared-row padding (bf16).
+    /// largest head dim (which must also be a multiple of 16) and shared-row padding (bf16);
+    /// `sparse_attn_partial_h16` takes `NARROW_HEADS` heads per block.
     pub const HEADS_PER_BLOCK: usize = 64;
+    pub const NARROW_HEADS: usize = 16;
     pub const TILE_ROWS: usize = 32;
     pub const THREADS: usize = 512;
     pub const MAX_HEAD_DIM: usize = 512;

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [ab] [launches] [prefill] [ncu] [ncufull] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [ab] [launches] [prefill] [ncu] [ncufull] [hot] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
 # in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
-# to $OUT. `pdl` repeats the decode profile with programmatic dependent launches (AMDAHL_PDL=1,
-# then 2: with weight prefetches). `indexer` runs the model tests and the decode profile with the
-# tiled indexer kernels (AMDAHL_INDEXER=tiles) and times both indexer kernel sets by ncu.
+# to $OUT. `pdl` repeats the decode profile with plain launches (AMDAHL_PDL=0; the default is 1),
+# then with weight prefetches (2). `indexer` runs the model tests and the decode profile with the
+# first indexer kernels (AMDAHL_INDEXER=rows) and times both indexer kernel sets by ncu.
 # `ab` repeats the decode profile once per environment assignment in AB (space-separated, e.g.
-# AB="AMDAHL_ROUTE_PLAN=fused AMDAHL_INDEXER=tiles"). `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
+# AB="AMDAHL_ROUTE_PLAN=separate AMDAHL_INDEXER=rows"; commas join assignments of one run:
+# AB="AMDAHL_PDL=0,AMDAHL_INDEXER=rows"). `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
 # at each of LAUNCH_BATCH (tools/gpu/launches.py). SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
 # of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
@@ -108,7 +109,7 @@ if [[ " $what " == *" pdl "* ]]; then
     echo "=== $r $t (AMDAHL_PDL=2)" | tee -a "$OUT/pdl_tests.log"
     grep -v '^$' /tmp/t.log | tail -n 30 >>"$OUT/pdl_tests.log"
   done
-  for level in 1 2; do
+  for level in 0 2; do
     AMDAHL_PDL=$level timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
       --expert-format nvfp4 --steps 20 --json "$OUT/profile_pdl$level.json" >"$OUT/profile_pdl$level.txt" 2>&1
     echo "profile (AMDAHL_PDL=$level) rc=$?" >>"$OUT/profile_pdl$level.txt"
@@ -119,14 +120,14 @@ if [[ " $what " == *" indexer "* ]]; then
   : >"$OUT/indexer.log"
   for t in indexer_scores_and_topk tiny_models_match_the_cpu_on_every_path quantized_tiny_models_match_the_cpu \
       graph_replay_equals_eager greedy_tokens_equal_the_cpu programmatic_launches_equal_plain_launches; do
-    if AMDAHL_INDEXER=tiles timeout 240 .gpu/engine-tests "$t" --nocapture --test-threads 1 >/tmp/t.log 2>&1; then r=ok; else r=FAILED; fi
-    echo "=== $r $t (AMDAHL_INDEXER=tiles)" | tee -a "$OUT/indexer.log"
+    if AMDAHL_INDEXER=rows timeout 240 .gpu/engine-tests "$t" --nocapture --test-threads 1 >/tmp/t.log 2>&1; then r=ok; else r=FAILED; fi
+    echo "=== $r $t (AMDAHL_INDEXER=rows)" | tee -a "$OUT/indexer.log"
     grep -v '^$' /tmp/t.log | tail -n 30 >>"$OUT/indexer.log"
   done
-  AMDAHL_INDEXER=tiles timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
-    --expert-format nvfp4 --steps 20 --json "$OUT/profile_tiles.json" >"$OUT/profile_tiles.txt" 2>&1
-  echo "profile (AMDAHL_INDEXER=tiles) rc=$?" >>"$OUT/profile_tiles.txt"
-  grep -E '^batch|^indexer|rc=' "$OUT/profile_tiles.txt"
+  AMDAHL_INDEXER=rows timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+    --expert-format nvfp4 --steps 20 --json "$OUT/profile_rows.json" >"$OUT/profile_rows.txt" 2>&1
+  echo "profile (AMDAHL_INDEXER=rows) rc=$?" >>"$OUT/profile_rows.txt"
+  grep -E '^batch|^indexer|rc=' "$OUT/profile_rows.txt"
   if command -v ncu >/dev/null; then
     for v in rows tiles; do
       for b in 1 16 64; do
@@ -140,9 +141,9 @@ if [[ " $what " == *" indexer "* ]]; then
   fi
 fi
 if [[ " $what " == *" ab "* ]]; then
-  for kv in ${AB:-AMDAHL_ROUTE_PLAN=fused}; do
+  for kv in ${AB:-AMDAHL_PDL=0}; do
     tag=$(echo "$kv" | tr -c 'A-Za-z0-9\n' '_')
-    env "$kv" timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+    env ${kv//,/ } timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
       --expert-format nvfp4 --steps 20 --json "$OUT/profile_$tag.json" >"$OUT/profile_$tag.txt" 2>&1
     echo "profile ($kv) rc=$?" >>"$OUT/profile_$tag.txt"
     grep -E '^batch|rc=' "$OUT/profile_$tag.txt"
@@ -187,6 +188,21 @@ if [[ " $what " == *" ncufull "* ]] && command -v ncu >/dev/null; then
       --dummy v4-flash --layers 1 --batch "$b" --ctx 8192 --steps 1 >"$OUT/ncu_full_$tag.txt" 2>&1
     echo "--- ncu full: $kr at batch $b"
     grep -E '^  [a-z_]+.*\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|One or More Eligible|Stall' "$OUT/ncu_full_$tag.txt" | head -n 80
+  done
+fi
+if [[ " $what " == *" hot "* ]] && command -v ncu >/dev/null; then
+  # One launch of each kernel in HOT (regex@batch, e.g. HOT="sparse_attn_partial@1"): its full
+  # ncu sections and the SASS lines holding the most warp-stall samples (tools/gpu/hot.py).
+  for kb in ${HOT:-sparse_attn_partial@1}; do
+    kr=${kb%@*}; b=${kb##*@}; tag=$(echo "${kr}_b$b" | tr -c 'A-Za-z0-9_\n' '_')
+    rm -f /tmp/hot.ncu-rep
+    timeout 200 ncu --set full --import-source no -k "regex:$kr" --launch-count 1 --export /tmp/hot -f \
+      .gpu/amdahl profile --dummy v4-flash --layers ${HOT_LAYERS:-1} --batch "$b" --ctx 8192 --steps 1 >/tmp/hot.log 2>&1
+    ncu --import /tmp/hot.ncu-rep >"$OUT/hot_$tag.txt" 2>&1
+    ncu --import /tmp/hot.ncu-rep --page source --csv --print-source sass >/tmp/hot_src.csv 2>/dev/null
+    python3 tools/gpu/hot.py /tmp/hot_src.csv --top ${HOT_TOP:-25} >>"$OUT/hot_$tag.txt" 2>&1
+    echo "--- hot: $kr at batch $b"
+    grep -E '^  [a-z_]+.*\(|DRAM Throughput|L2 Cache Throughput|Duration|Elapsed Cycles|SM Frequency|Achieved Occupancy|Registers Per|Dynamic Shared|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|instructions, |^ *[0-9.]+%  ' "$OUT/hot_$tag.txt" | head -n ${HOT_LINES:-70}
   done
 fi
 if [[ " $what " == *" peers "* ]]; then

@@ -14,7 +14,8 @@ pub struct Args {
     /// Cache folder (default: $AMDAHL_KERNEL_CACHE or ~/.cache/amdahl/kernels).
     #[arg(long)]
     cache: Option<PathBuf>,
-    /// Also build the programmatic-dependent-launch variants (sm_90+) that `AMDAHL_PDL=1|2` run.
+    /// Build all three launch builds (plain, programmatic, programmatic with prefetches: what
+    /// `AMDAHL_PDL=0|1|2` run); without it, the build this environment's `AMDAHL_PDL` runs.
     #[arg(long)]
     pdl: bool,
 }
@@ -24,9 +25,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .cache
         .unwrap_or_else(amdahl_engine::device::kernel_cache_dir);
     use amdahl_engine::device::Pdl;
-    let variants: &[Pdl] = if a.pdl { &Pdl::ALL } else { &[Pdl::Off] };
+    let variants: Vec<Pdl> = if a.pdl {
+        Pdl::ALL.to_vec()
+    } else {
+        vec![Pdl::requested().for_arch(a.arch)]
+    };
     let mut done = Vec::new();
-    for &pdl in variants {
+    for pdl in variants {
         let built = amdahl_engine::device::compile_all(a.arch, pdl, &dir)
             .with_context(|| format!("compiling the kernels for sm_{}", a.arch))?;
         for (m, secs, cached) in &built {

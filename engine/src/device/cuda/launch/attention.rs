@@ -199,8 +199,8 @@ pub fn indexer_kernels() -> IndexerKernels {
     use std::sync::atomic::Ordering;
     if INDEXER_KERNELS.load(Ordering::Relaxed) == 0 {
         let v = match std::env::var("AMDAHL_INDEXER").as_deref() {
-            Ok("tiles") => IndexerKernels::Tiles,
-            _ => IndexerKernels::Rows,
+            Ok("rows") => IndexerKernels::Rows,
+            _ => IndexerKernels::Tiles,
         };
         force_indexer_kernels(Some(v));
     }
@@ -327,20 +327,62 @@ pub struct AttnArgs {
     pub ml_part: u64,
 }
 
+/// Heads per block forced by `AMDAHL_ATTN_HEADS=64|16` or [`force_attn_heads`] (0: by size;
+/// `usize::MAX`: the environment not read yet).
+static ATTN_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// Forces the sparse attention's heads per block (64 or 16; tests, measurements); `None` goes
+/// back to choosing by size.
+pub fn force_attn_heads(h: Option<usize>) {
+    let v = h.filter(|&h| h == ka::HEADS_PER_BLOCK || h == ka::NARROW_HEADS);
+    ATTN_HEADS.store(v.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Heads per block of the sparse attention for `t` rows: 64 (each KV tile shared by the most
+/// heads) unless that grid would fill at most half the SMs' first wave four times over, as at
+/// batch 1, where a block's time is its warps' instruction chains and 16 heads per block (a
+/// quarter of the work per warp, 4× the blocks) is faster.
+pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
+    use std::sync::atomic::Ordering;
+    if ATTN_HEADS.load(Ordering::Relaxed) == usize::MAX {
+        force_attn_heads(
+            std::env::var("AMDAHL_ATTN_HEADS")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+        );
+    }
+    match ATTN_HEADS.load(Ordering::Relaxed) {
+        0 => {
+            let wide = a.splits * a.heads.div_ceil(ka::HEADS_PER_BLOCK) * t;
+            if 4 * wide <= 2 * gpu.info.sms {
+                ka::NARROW_HEADS
+            } else {
+                ka::HEADS_PER_BLOCK
+            }
+        }
+        h => h,
+    }
+}
+
 pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u64> {
-    let (hg, d) = (ka::HEADS_PER_BLOCK, a.head_dim);
+    let (hg, d) = (attn_heads_per_block(gpu, &a, t), a.head_dim);
     if !d.is_multiple_of(16) || d > ka::MAX_HEAD_DIM {
         return Err(EngineError::Device(format!(
             "sparse attention needs head_dim a multiple of 16 and at most {}, got {d}",
             ka::MAX_HEAD_DIM
         )));
     }
-    // Q's two bf16 parts and the ring of KV tiles as padded bf16 rows, the score tile in f32.
+    // Q's two bf16 parts and the ring of KV tiles as padded bf16 rows, the score tile in f32
+    // (64 rows: 64 heads, or 16 heads × 4 parts of d).
     let rows = 2 * hg + ka::KV_BUFFERS * ka::TILE_ROWS;
-    let smem = rows * (d + ka::ROW_PAD) * 2 + hg * ka::SCORE_LD * 4;
+    let smem = rows * (d + ka::ROW_PAD) * 2 + ka::HEADS_PER_BLOCK * ka::SCORE_LD * 4;
     let l = Launch::new((a.splits, a.heads.div_ceil(hg), t), ka::THREADS, smem);
     gpu.launch(
-        ka::SPARSE_ATTN_PARTIAL,
+        if hg == ka::NARROW_HEADS {
+            ka::SPARSE_ATTN_PARTIAL_H16
+        } else {
+            ka::SPARSE_ATTN_PARTIAL
+        },
         l,
         Args::new()
             .ptr(a.q)

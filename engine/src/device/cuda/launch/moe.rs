@@ -245,11 +245,11 @@ pub struct PlanOut {
     pub act_list: u64,
 }
 
-/// Whether routing and its plan run as one launch (`AMDAHL_ROUTE_PLAN=fused`: `moe_route_plan`,
-/// opt-in until measured) or as `moe_route` then `moe_plan` (the default).
+/// Whether routing and its plan run as one launch (`moe_route_plan`, the default) or as
+/// `moe_route` then `moe_plan` (`AMDAHL_ROUTE_PLAN=separate`).
 pub fn route_plan_fused() -> bool {
     static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FUSED.get_or_init(|| std::env::var("AMDAHL_ROUTE_PLAN").as_deref() == Ok("fused"))
+    *FUSED.get_or_init(|| std::env::var("AMDAHL_ROUTE_PLAN").as_deref() != Ok("separate"))
 }
 
 /// `moe_route` and `moe_plan` in one launch: 32 tokens per block, the last block to finish

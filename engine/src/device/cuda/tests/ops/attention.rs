@@ -17,6 +17,7 @@ use crate::ops::attention::{Compressor, Indexer};
 use crate::ops::linear::Linear;
 use crate::ops::rope::{self, RopeTable};
 use crate::rng::Rng;
+use amdahl_kernels::attention as ka;
 
 const RD: usize = 64;
 
@@ -234,25 +235,37 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             o_part: o_part.ptr(),
             ml_part: ml_part.ptr(),
         };
-        k::sparse_attn(&g, aa, meta.seq(), t).unwrap();
-        k::attn_combine(
-            &g,
-            aa,
-            sinks_b.ptr(),
-            meta.seq().row_pos,
-            rope,
-            out.ptr(),
-            t,
-        )
-        .unwrap();
-        let raw: Vec<u16> = g.read(&out, 0, t * h * d).unwrap();
-        let got: Vec<f32> = raw
-            .iter()
-            .map(|&b| half::bf16::from_bits(b).to_f32())
-            .collect();
-        let e = rel_l2(&got, &want);
-        println!("attention {label}: {t} rows, {splits} splits of {chunk}: rel l2 {e:.2e}");
-        assert!(e <= super::TOL, "attention {label}: {e:.3e}");
+        // Both block shapes: 64 heads per block and 16 (what batch 1 gets).
+        for hg in [ka::HEADS_PER_BLOCK, ka::NARROW_HEADS] {
+            k::force_attn_heads(Some(hg));
+            assert_eq!(k::attn_heads_per_block(&g, &aa, t), hg);
+            g.memset(&out, 0xff).unwrap();
+            k::sparse_attn(&g, aa, meta.seq(), t).unwrap();
+            k::attn_combine(
+                &g,
+                aa,
+                sinks_b.ptr(),
+                meta.seq().row_pos,
+                rope,
+                out.ptr(),
+                t,
+            )
+            .unwrap();
+            let raw: Vec<u16> = g.read(&out, 0, t * h * d).unwrap();
+            let got: Vec<f32> = raw
+                .iter()
+                .map(|&b| half::bf16::from_bits(b).to_f32())
+                .collect();
+            let e = rel_l2(&got, &want);
+            println!(
+                "attention {label} ({hg} heads per block): {t} rows, {splits} splits of {chunk}: rel l2 {e:.2e}"
+            );
+            assert!(
+                e <= super::TOL,
+                "attention {label}, {hg} heads per block: {e:.3e}"
+            );
+        }
+        k::force_attn_heads(None);
     }
 }
 
