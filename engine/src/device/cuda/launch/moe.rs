@@ -68,10 +68,11 @@ fn forced() -> Option<MoeKernel> {
 /// expert up to 8, beyond which it would re-read the weights per 8 tokens): on the H200 it is
 /// slower than these at batch 1, 16 and 64 (docs/PERF.md). A forced variant that does not apply
 /// falls back to the size rule.
-fn moe_kernel(plan: MoePlan, w: &GLinear, stream: bool) -> MoeKernel {
+fn moe_kernel(plan: MoePlan, w: &GLinear, stream: bool, down: bool) -> MoeKernel {
     let v = w.fmt.per_load();
     let warp_fits = w.cols.is_multiple_of(32 * v) && plan.slots > 1;
-    let by_size = if warp_fits && (2..=64).contains(&plan.tokens) {
+    let lo = if warp_at_one_token(down) { 1 } else { 2 };
+    let by_size = if warp_fits && (lo..=64).contains(&plan.tokens) {
         MoeKernel::Warp
     } else {
         MoeKernel::Block
@@ -84,6 +85,18 @@ fn moe_kernel(plan: MoePlan, w: &GLinear, stream: bool) -> MoeKernel {
         Some(MoeKernel::Block) => MoeKernel::Block,
         _ => by_size,
     }
+}
+
+/// Whether a one-token step runs the up (`down` false) or down projection on the warp kernels
+/// (`AMDAHL_MOE_WARP_AT_1=none|down|both`, default none: the block kernels, whose 8 warps split K).
+fn warp_at_one_token(down: bool) -> bool {
+    static AT_ONE: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    let (up, dn) = *AT_ONE.get_or_init(|| match std::env::var("AMDAHL_MOE_WARP_AT_1").as_deref() {
+        Ok("both") => (true, true),
+        Ok("down") => (false, true),
+        _ => (false, false),
+    });
+    if down { dn } else { up }
 }
 
 /// Blocks of 256 threads the warp expert kernels run as: two per SM (their register budget).
@@ -101,7 +114,7 @@ fn expert_launch(
     matrices: usize,
 ) -> (String, Launch, Option<usize>) {
     let st = stream::stream_for(gpu, w, matrices);
-    match (moe_kernel(plan, w, st.is_some()), st) {
+    match (moe_kernel(plan, w, st.is_some(), kind == "down"), st) {
         (MoeKernel::Stream, Some(st)) => (
             amdahl_kernels::stream_entry(kind, w.fmt.name()),
             Launch::new((st.blocks_per_sm * gpu.info.sms, 1, 1), 256, st.smem),

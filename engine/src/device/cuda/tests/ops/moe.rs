@@ -78,6 +78,9 @@ fn moe_matches_the_cpu_at_v4_widths() {
         use crate::device::cuda::launch::moe::MoeKernel::{Block, Stream, Warp};
         for (t, force) in [
             (1usize, None),
+            // One token: fewer tiles than warps, so the warp kernels spread them over the blocks.
+            (1, Some(Warp)),
+            (1, Some(Block)),
             (1, Some(Stream)),
             (5, Some(Stream)),
             (16, Some(Stream)),
