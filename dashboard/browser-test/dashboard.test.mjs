@@ -57,6 +57,13 @@ test("dashboard streams a playground answer and updates the stage panel", { time
     const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
     const errors = [];
     page.on("pageerror", (e) => errors.push(String(e)));
+    // Every request.delta the playground's socket receives (for the failure message).
+    const deltas = [];
+    page.on("websocket", (ws) => ws.on("framereceived", (f) => {
+      if (typeof f.payload === "string" && f.payload.includes('"request.delta"')) {
+        deltas.push(JSON.parse(f.payload).text);
+      }
+    }));
     await page.goto(base + "/");
     // The telemetry socket is live and snapshots are arriving.
     await page.waitForFunction(() => document.querySelector("#conn")?.textContent.startsWith("live"),
@@ -77,7 +84,9 @@ test("dashboard streams a playground answer and updates the stage panel", { time
     const answer = await page.textContent("#playground-output");
     assert.match(answer, /^391/, `answer: ${JSON.stringify(answer)}`);
     const seen = [...new Set(await page.evaluate(() => window.__seen))].filter((s) => s.length > 0);
-    assert.ok(seen.length >= 2, `streamed in one piece: ${JSON.stringify(seen)}`);
+    assert.ok(deltas.length >= 2, `the server sent one delta: ${JSON.stringify(deltas)}`);
+    assert.ok(seen.length >= 2,
+      `rendered in one piece: ${JSON.stringify(seen)} from deltas ${JSON.stringify(deltas)}`);
     for (const s of seen) assert.ok(answer.startsWith(s), `${JSON.stringify(s)} is not a prefix`);
 
     // The stage panel shows the new decode steps (the answer's tokens after the first), with a

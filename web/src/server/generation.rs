@@ -1,7 +1,9 @@
 //! One admitted request seen from the edge: engine token events turned into UTF-8-complete text
 //! chunks (stop strings applied) and one final [`Outcome`]. Both HTTP/SSE and WebSocket use it.
-//! Each `next()` waits for one engine event and then takes every event already buffered, so a
-//! reader that falls behind gets fewer, larger chunks instead of a growing backlog. Dropping a
+//! Each `next()` waits for one engine event; when the reader has fallen behind by
+//! [`MERGE_BACKLOG`] events or more it also takes every event already buffered, so a slow reader
+//! gets fewer, larger chunks instead of a growing backlog while a reader that keeps up sees one
+//! chunk per token (serving.md, WebSocket rule 6: merge above a high-water mark). Dropping a
 //! `Generation` drops the engine receiver, which cancels the request and frees its slot.
 
 use std::time::Instant;
@@ -53,6 +55,12 @@ pub struct Generation {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
 }
+
+/// Buffered engine events (beyond the one just received) at which `next()` merges the backlog
+/// into one chunk. Below it a reader a few tokens behind still streams token by token: on two
+/// loaded cores a short answer's 4–5 tokens can all be buffered before the socket task first
+/// runs, and merging those would send the whole answer as one delta.
+pub const MERGE_BACKLOG: usize = 8;
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -110,8 +118,10 @@ impl Generation {
         let sub = self.sub.as_mut()?;
         let first = sub.events.recv().await;
         let mut events = vec![first];
-        while let Ok(ev) = sub.events.try_recv() {
-            events.push(Some(ev));
+        if sub.events.len() >= MERGE_BACKLOG {
+            while let Ok(ev) = sub.events.try_recv() {
+                events.push(Some(ev));
+            }
         }
         let mut chunk = Chunk::default();
         let mut stopped = false;
@@ -326,5 +336,46 @@ mod tests {
         assert_eq!((a.finish_reason, b.finish_reason), ("length", "length"));
         assert_eq!(a.usage, b.usage);
         assert_eq!(b.usage.completion_tokens, n as u64);
+    }
+
+    /// A reader only a few events behind (fewer than [`MERGE_BACKLOG`] buffered) still gets one
+    /// chunk per token: a short answer is not sent as one delta just because the engine was quick.
+    #[actix_web::test]
+    async fn a_reader_a_few_tokens_behind_still_streams_token_by_token() {
+        let dir = tempfile::tempdir().unwrap();
+        amdahl_engine::testkit::write_model_dir(
+            dir.path(),
+            &amdahl_engine::testkit::serving_spec(),
+            7,
+        )
+        .unwrap();
+        let st = state(dir.path());
+        // n tokens and the end: n + 1 events, all buffered before the first read.
+        let n = MERGE_BACKLOG - 2;
+        let mut g = Generation::start(&st, greedy(n), Transport::Ws)
+            .await
+            .unwrap();
+        let mut idle = false;
+        for _ in 0..2000 {
+            let s = st.engine.stats().await.unwrap();
+            if s.running == 0 && s.waiting == 0 {
+                idle = true;
+                break;
+            }
+            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(idle, "the engine did not finish the request");
+        let mut chunks = Vec::new();
+        while let Some(c) = g.next().await {
+            chunks.push(c);
+        }
+        let per_chunk: Vec<usize> = chunks.iter().map(|c| c.token_ids.len()).collect();
+        let mut want = vec![1; n];
+        want.push(0);
+        assert_eq!(per_chunk, want, "one token per chunk, then the end");
+        let done = chunks.last().unwrap().done.clone().unwrap();
+        assert_eq!(done.finish_reason, "length");
+        assert_eq!(done.usage.completion_tokens, n as u64);
+        assert!(chunks[..n].iter().all(|c| c.done.is_none()));
     }
 }
