@@ -53,10 +53,10 @@ __device__ __forceinline__ u32 bf2_to_h2(u32 b) {
 #endif
 
 // What the streamed kernels' accumulators leave out: FP8 there is exact values (the per-tensor
-// scale remains), the rest as in the register kernels.
-template <int FMT>
+// scale remains), the rest, and FP8 decoded to bf16 (RAW8), as in the register kernels.
+template <int FMT, int RAW8 = 0>
 __device__ __forceinline__ float stream_post(const WDesc& d, int e) {
-    if (IS_FP8(FMT)) return FMT == FMT_FP8T ? d.g[e] : 1.f;
+    if (IS_FP8(FMT) && !RAW8) return FMT == FMT_FP8T ? d.g[e] : 1.f;
     return post_scale<FMT>(d, e);
 }
 
@@ -118,7 +118,10 @@ struct SItem {
 // items and row pointers are arithmetic): in level-2 builds the kernel entered without waiting
 // (`pdl_enter_after_weights`), and each warp issues its first ring stages of weights, which no
 // earlier kernel writes, before `pdl_enter()`, so their latency overlaps the previous kernel.
-template <int FMT, int NT, int DUAL, int EARLY, class Item, class XRow, class Store>
+// RAW8 (FP8 formats): decode the codes to bf16 by integer ops and bf16 MMAs on the activations
+// as stored, as the register kernels do, instead of the hardware converts to f16: no conversion
+// of the activations per tile (which at two token groups doubles the converts per weight byte).
+template <int FMT, int NT, int DUAL, int EARLY, int RAW8, class Item, class XRow, class Store>
 __device__ __forceinline__ void stream_core(const WDesc& d0, const WDesc& d1, int N, int K,
                                             int total, int splits, int stages, float* ws,
                                             unsigned* cnt, Item item, XRow xrow, Store store) {
@@ -281,7 +284,7 @@ __device__ __forceinline__ void stream_core(const WDesc& d0, const WDesc& d1, in
                     }
                 }
             };
-            if constexpr (IS_FP8(FMT)) {
+            if constexpr (IS_FP8(FMT) && !RAW8) {
                 u32 xh[NT][4 * V];
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -412,7 +415,7 @@ __device__ __forceinline__ void stream_core(const WDesc& d0, const WDesc& d1, in
 }
 
 // Dense (grouped) linear, streamed: `matrices` stacked matrices (1: plain), as linear_kernel.
-template <int FMT, int NT>
+template <int FMT, int NT, int RAW8 = 0>
 __device__ void stream_linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
                                      int M, int N, int K, int matrices, int out_bf16, int stages,
                                      float* __restrict__ ws, unsigned* __restrict__ cnt) {
@@ -420,7 +423,7 @@ __device__ void stream_linear_kernel(WDesc d, const u16* __restrict__ x, int ldx
     const int nw = gridDim.x * STREAM_WARPS;
     const int splits = stream_splits(tiles * matrices, spk, nw, SPLIT_PARTS / (128 * NT), M <= 8 * NT);
     const int per = tiles * splits;
-    stream_core<FMT, NT, 0, 1>(
+    stream_core<FMT, NT, 0, 1, RAW8>(
         d, d, N, K, matrices * per, splits, stages, ws, cnt,
         [&](int i) {
             const int e = i / per, r = i % per, tile = r / splits;
@@ -428,7 +431,7 @@ __device__ void stream_linear_kernel(WDesc d, const u16* __restrict__ x, int ldx
         },
         [&](int e, int m) { return x + (i64)m * ldx + (i64)e * K; },
         [&](int e, int m, int n, float v, float) {
-            v *= stream_post<FMT>(d, e);
+            v *= stream_post<FMT, RAW8>(d, e);
             if (out_bf16) reinterpret_cast<u16*>(y)[(i64)m * ldy + (i64)e * N + n] = f2bf(v);
             else reinterpret_cast<float*>(y)[(i64)m * ldy + (i64)e * N + n] = v;
         });
@@ -464,7 +467,7 @@ __device__ void stream_up_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, 
                                  unsigned* cnt) {
     int per, splits;
     const int total = stream_expert_items<FMT, 1, 1>(act_list, N, K, tokens, &per, &splits);
-    stream_core<FMT, 1, 1, 0>(
+    stream_core<FMT, 1, 1, 0, 0>(
         w1, w3, N, K, total, splits, stages, ws, cnt,
         [&](int i) { return expert_item(i, per, splits, K, act_list, offsets); },
         [&](int, int entry) { return x + (i64)tok_of[entry] * ldx; },
@@ -482,7 +485,7 @@ __device__ void stream_down_kernel(WDesc w2, const u16* __restrict__ act,
                                    int K, int tokens, int stages, float* ws, unsigned* cnt) {
     int per, splits;
     const int total = stream_expert_items<FMT, 1, 0>(act_list, N, K, tokens, &per, &splits);
-    stream_core<FMT, 1, 0, 0>(
+    stream_core<FMT, 1, 0, 0, 0>(
         w2, w2, N, K, total, splits, stages, ws, cnt,
         [&](int i) { return expert_item(i, per, splits, K, act_list, offsets); },
         [&](int, int entry) { return act + (i64)entry * K; },
@@ -515,6 +518,20 @@ __device__ void stream_down_kernel(WDesc w2, const u16* __restrict__ act,
         stream_down_kernel<FMT>(w2, act, offsets, wt, act_list, y, N, K, tokens, stages, ws, cnt);       \
     }
 
+// FP8 decoded to bf16 (RAW8): `stream_linear_raw_{format}_nt{1,2}` (amdahl-kernels
+// `stream_raw_entries`).
+#define STREAM_RAW_ENTRY(NAME, FMT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_raw_##NAME##_nt1(                  \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter_after_weights();                 \
+        stream_linear_kernel<FMT, 1, 1>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt); \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 2) stream_linear_raw_##NAME##_nt2(                  \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int matrices,             \
+        int out_bf16, int stages, float* ws, unsigned* cnt) { pdl_enter_after_weights();                 \
+        stream_linear_kernel<FMT, 2, 1>(d, x, ldx, y, ldy, M, N, K, matrices, out_bf16, stages, ws, cnt); \
+    }
+
 STREAM_ENTRY(bf16, FMT_BF16)
 STREAM_ENTRY(f16, FMT_F16)
 STREAM_ENTRY(fp8b_e8m0, FMT_FP8B_E8M0)
@@ -522,3 +539,6 @@ STREAM_ENTRY(fp8b_f32, FMT_FP8B_F32)
 STREAM_ENTRY(fp8t, FMT_FP8T)
 STREAM_ENTRY(nvfp4t, FMT_NVFP4T)
 STREAM_ENTRY(mxfp4t, FMT_MXFP4T)
+STREAM_RAW_ENTRY(fp8b_e8m0, FMT_FP8B_E8M0)
+STREAM_RAW_ENTRY(fp8b_f32, FMT_FP8B_F32)
+STREAM_RAW_ENTRY(fp8t, FMT_FP8T)

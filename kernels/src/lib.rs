@@ -165,6 +165,15 @@ pub fn stream_linear_entry(format: &str, tiles: usize) -> String {
     format!("stream_linear_{format}_nt{tiles}")
 }
 
+/// FP8 formats with a second streamed dense linear that decodes the codes to bf16 by integer
+/// ops (`stream_linear_raw_*`, no per-tile conversion of the activations).
+pub const STREAM_RAW_FORMATS: [&str; 3] = ["fp8b_e8m0", "fp8b_f32", "fp8t"];
+
+/// The streamed dense linear with FP8 decoded to bf16, for `tiles` token groups.
+pub fn stream_raw_entry(format: &str, tiles: usize) -> String {
+    format!("stream_linear_raw_{format}_nt{tiles}")
+}
+
 /// Formats of the tiled GEMM (`gemm_*`: many tokens, decode batches beyond 32 and prefill).
 pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
 
@@ -210,6 +219,11 @@ pub fn stream_entries() -> Vec<String> {
         }
         for kind in ["up", "down"] {
             v.push(stream_entry(kind, f));
+        }
+    }
+    for f in STREAM_RAW_FORMATS {
+        for nt in STREAM_TILES {
+            v.push(stream_raw_entry(f, nt));
         }
     }
     v
@@ -490,9 +504,15 @@ mod tests {
         ] {
             assert!(LINEAR_STREAM.source.contains(kind), "{kind}");
         }
+        check_format_macros(LINEAR_STREAM, "STREAM_RAW_ENTRY", &STREAM_RAW_FORMATS);
+        for nt in STREAM_TILES {
+            let paste = format!("stream_linear_raw_##NAME##_nt{nt}(");
+            assert!(LINEAR_STREAM.source.contains(&paste), "{paste}");
+        }
         assert_eq!(
             stream_entries().len(),
             STREAM_FORMATS.len() * (STREAM_TILES.len() + 2)
+                + STREAM_RAW_FORMATS.len() * STREAM_TILES.len()
         );
         check_format_macros(LINEAR_GEMM, "GEMM_ENTRY", &GEMM_FORMATS);
         for m in GEMM_TOKENS {

@@ -85,3 +85,80 @@ pub fn encode(x: f32) -> u8 {
     };
     sign | mag
 }
+
+/// The GPU kernels' FP8 decode (`fp8x4_to_bf16` in kernels/cuda/linear_formats.cuh), op for op.
+#[cfg(test)]
+mod kernel_decode_tests {
+    use super::{decode, is_nan};
+
+    /// PTX `prmt.b32` in its default mode: selector nibble n picks byte (n & 7) of {b, a};
+    /// with bit 3 set, the picked byte's sign replicated over the byte.
+    fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+        let src = (a as u64) | ((b as u64) << 32);
+        (0..4).fold(0u32, |acc, i| {
+            let s = (sel >> (4 * i)) & 0xf;
+            let byte = ((src >> (8 * (s & 7))) & 0xff) as u32;
+            let v = if s & 8 != 0 {
+                if byte & 0x80 != 0 { 0xff } else { 0 }
+            } else {
+                byte
+            };
+            acc | (v << (8 * i))
+        })
+    }
+
+    /// The kernel's three ops per pair: codes 0, 1 and 2, 3 of `c` as bf16 pairs.
+    fn kernel(c: u32) -> [u32; 2] {
+        [
+            (prmt(c, 0, 0x9180) << 4) & 0x87f0_87f0,
+            (prmt(c, 0, 0xB3A2) << 4) & 0x87f0_87f0,
+        ]
+    }
+
+    /// The mirror's selectors and mask are the kernel's.
+    #[test]
+    fn the_mirror_uses_the_kernels_constants() {
+        let src = amdahl_kernels::LINEAR.full_source();
+        for op in [
+            "prmt.b32 %0, %1, 0, 0x9180;",
+            "prmt.b32 %0, %1, 0, 0xB3A2;",
+            "(x0 << 4) & 0x87f087f0u",
+            "(x1 << 4) & 0x87f087f0u",
+        ] {
+            assert!(src.contains(op), "linear_formats.cuh lost `{op}`");
+        }
+    }
+
+    /// Every code in every byte position becomes the bf16 of its value · 2^-120 (bits for bits;
+    /// the NaN codes become ±480 · 2^-120, as they did before, and no weight holds them), and a
+    /// code's neighbours never leak into its half.
+    #[test]
+    fn every_code_in_every_position_decodes_exactly() {
+        for lo in 0..=255u32 {
+            for hi in [0u32, 0x7f, 0x80, 0xff, lo ^ 0x80, (lo * 37 + 11) & 0xff] {
+                for (c, pos) in [
+                    (lo | (hi << 8) | (hi << 16) | (hi << 24), 0),
+                    (hi | (lo << 8) | (hi << 16) | (hi << 24), 1),
+                    (hi | (hi << 8) | (lo << 16) | (hi << 24), 2),
+                    (hi | (hi << 8) | (hi << 16) | (lo << 24), 3),
+                ] {
+                    let out = kernel(c);
+                    let bits = (out[pos / 2] >> (16 * (pos % 2))) & 0xffff;
+                    let want_bits = ((lo & 0x80) << 8) | ((lo & 0x7f) << 4);
+                    assert_eq!(
+                        bits, want_bits,
+                        "code {lo:#04x} at byte {pos} among {hi:#04x}"
+                    );
+                    if !is_nan(lo as u8) {
+                        let got = half::bf16::from_bits(bits as u16).to_f32() * 2f32.powi(120);
+                        let want = decode(lo as u8);
+                        assert!(
+                            got == want && got.is_sign_negative() == want.is_sign_negative(),
+                            "code {lo:#04x}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -223,7 +223,7 @@ fn kernel_choices(m: &GpuModel) -> String {
     };
     format!(
         "programmatic launches {pdl}; indexer {:?}; route+plan {}; expert kernels {}; \
-         streamed linears {}; tiled GEMM {}; side stream {}; FP4 tiles {}",
+         streamed linears {} (FP8 decoded to {:?}); tiled GEMM {}; side stream {}; FP4 tiles {}",
         super::launch::indexer_kernels(),
         if super::launch::route_plan_fused() {
             "fused"
@@ -232,6 +232,7 @@ fn kernel_choices(m: &GpuModel) -> String {
         },
         env("AMDAHL_MOE_KERNEL", "by size"),
         on("AMDAHL_STREAM"),
+        super::launch::fp8_stream(),
         on("AMDAHL_GEMM"),
         on("AMDAHL_FORK"),
         on("AMDAHL_FP4_TILES"),

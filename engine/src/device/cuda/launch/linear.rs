@@ -49,7 +49,7 @@ pub fn linear(
         let (ws, cnt) = gpu.split_ws();
         let l = Launch::new((st.blocks_per_sm * gpu.info.sms, 1, 1), 256, st.smem);
         gpu.launch_named(
-            &amdahl_kernels::stream_linear_entry(w.fmt.name(), nt),
+            &stream::linear_entry(w.fmt, nt),
             l,
             Args::new()
                 .raw(&w.desc().as_bytes())

@@ -21,6 +21,7 @@ pub use moe::{
     MoePlan, PlanOut, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_route_plan,
     moe_up, plan_identity, route_plan_fused,
 };
+pub use stream::fp8_stream;
 
 /// Sampling parameter arrays (per logit row) and the output.
 #[derive(Debug, Clone, Copy)]

@@ -27,6 +27,47 @@ fn enabled() -> bool {
     }
 }
 
+/// How the streamed dense linears decode FP8: `F16` (the hardware converts to f16 pairs, the
+/// activations converted per tile; the default) or `Bf16` (integer-op decode to bf16 as the
+/// register kernels do, the activations as stored: `stream_linear_raw_*`), which also streams
+/// FP8 linears of two token groups. `AMDAHL_FP8_STREAM=bf16|f16`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Stream {
+    F16,
+    Bf16,
+}
+
+/// Forced FP8 decode of the streamed linears (0 f16, 1 bf16), or unset (`u8::MAX`).
+static FP8_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Forces the streamed linears' FP8 decode (`None`: the environment decides).
+#[cfg(test)]
+pub fn force_fp8_stream(v: Option<Fp8Stream>) {
+    FP8_FORCE.store(v.map_or(u8::MAX, |v| v as u8), Ordering::Relaxed);
+}
+
+/// The streamed linears' FP8 decode in effect.
+pub fn fp8_stream() -> Fp8Stream {
+    match FP8_FORCE.load(Ordering::Relaxed) {
+        0 => Fp8Stream::F16,
+        1 => Fp8Stream::Bf16,
+        _ => match std::env::var("AMDAHL_FP8_STREAM").as_deref() {
+            Ok("bf16") => Fp8Stream::Bf16,
+            _ => Fp8Stream::F16,
+        },
+    }
+}
+
+/// The streamed dense linear's entry for format `fmt` at `nt` token groups.
+pub fn linear_entry(fmt: Fmt, nt: usize) -> String {
+    let name = fmt.name();
+    if fp8_stream() == Fp8Stream::Bf16 && amdahl_kernels::STREAM_RAW_FORMATS.contains(&name) {
+        amdahl_kernels::stream_raw_entry(name, nt)
+    } else {
+        amdahl_kernels::stream_linear_entry(name, nt)
+    }
+}
+
 /// Shared memory the driver reserves per block (sm_90).
 const BLOCK_RESERVE: usize = 1024;
 
@@ -79,12 +120,15 @@ pub const STREAM_MIN_BYTES: usize = 16 << 20;
 /// Whether a dense linear of `nt` token groups over `bytes` of weights streams (where
 /// [`stream_for`] allows): large weights only ([`STREAM_MIN_BYTES`]), at one group, or two of a
 /// 2-byte format (no decode: the bf16 LM head streams at 80–83% of copy bandwidth, against
-/// 78% from registers). Two groups of FP8 decode slower streamed, as do the small compressor
-/// projections and the expert kernels at every batch size (`AMDAHL_MOE_KERNEL=stream` forces
-/// those; docs/PERF.md has the measurements). Forced on (`force_stream`, tests), any size streams.
+/// 78% from registers) or of FP8 decoded to bf16 ([`Fp8Stream::Bf16`]). Two groups of FP8
+/// through the f16 converts decode slower streamed, as do the small compressor projections and
+/// the expert kernels at every batch size (`AMDAHL_MOE_KERNEL=stream` forces those;
+/// docs/PERF.md has the measurements). Forced on (`force_stream`, tests), any size streams.
 pub fn dense_streams(fmt: Fmt, nt: usize, bytes: usize) -> bool {
     let large = bytes >= STREAM_MIN_BYTES || FORCE.load(Ordering::Relaxed) == 1;
-    large && (nt == 1 || (nt == 2 && matches!(fmt, Fmt::Bf16 | Fmt::F16)))
+    let raw8 =
+        fp8_stream() == Fp8Stream::Bf16 && amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt.name());
+    large && (nt == 1 || (nt == 2 && (matches!(fmt, Fmt::Bf16 | Fmt::F16) || raw8)))
 }
 
 /// The streamed kernels' geometry for weight `w` (`matrices` of it per stage), if they apply:

@@ -95,31 +95,38 @@ fn linears_in_every_format_match_the_cpu() {
                     "{fmt} {n}x{kk} not tiled"
                 );
             }
-            // Decode sizes through the streamed kernels (where they apply) and without.
-            for (m, stream) in [
-                (1usize, true),
-                (1, false),
-                (5, true),
-                (16, true),
-                (16, false),
-                (33, true),
-                (64, true),
-                (100, true),
-            ] {
+            // Decode sizes through the streamed kernels (where they apply) and without; FP8
+            // also through the streamed kernels that decode it to bf16 (one and two groups).
+            let raw8 = amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt);
+            let bf16 = Some(k::stream::Fp8Stream::Bf16);
+            let mut cases = vec![
+                (1usize, true, None),
+                (1, false, None),
+                (5, true, None),
+                (16, true, None),
+                (16, false, None),
+                (33, true, None),
+                (64, true, None),
+                (100, true, None),
+            ];
+            if raw8 {
+                cases.extend([(1, true, bf16), (5, true, bf16), (16, true, bf16)]);
+            }
+            for (m, stream, fp8) in cases {
                 k::stream::force_stream(Some(stream));
+                k::stream::force_fp8_stream(fp8);
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
                 let xb = g.upload(&to_bf16_bits(&x)).unwrap();
                 let y = poisoned(&g, m * n * 4);
                 k::linear(&g, &gl, xb.ptr(), kk, y.ptr(), n, m, false).unwrap();
                 k::stream::force_stream(None);
+                k::stream::force_fp8_stream(None);
                 let got: Vec<f32> = g.read(&y, 0, m * n).unwrap();
                 let e = rel_l2(&got, &want.data);
-                println!("linear {fmt} {n}x{kk} m={m} stream={stream}: rel l2 {e:.2e}");
-                assert!(
-                    e <= TOL,
-                    "linear {fmt} {n}x{kk} m={m} stream={stream}: {e:.3e}"
-                );
+                let how = format!("stream={stream} fp8={fp8:?}");
+                println!("linear {fmt} {n}x{kk} m={m} {how}: rel l2 {e:.2e}");
+                assert!(e <= TOL, "linear {fmt} {n}x{kk} m={m} {how}: {e:.3e}");
             }
         }
     }
