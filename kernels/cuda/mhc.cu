@@ -5,6 +5,7 @@
 #define MAX_MIX 24  // (2 + hc)·hc for hc <= 4
 #define MIX_PARTS 128  // most partials per row (amdahl-kernels mhc::MIX_PARTS)
 #define POST_COLS 32  // columns per hc_post block and partial (amdahl-kernels mhc::post_parts)
+#define POST_TOK 4  // most tokens per hc_post block (amdahl-kernels mhc::POST_TOK)
 #define PRE_THREADS 1024  // hc_pre block size (amdahl-kernels mhc::PRE_THREADS)
 #define PRE_PER 1  // float4 columns per thread loaded ahead in hc_pre (2 spills at 64 registers)
 
@@ -236,81 +237,102 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     for (int c4 = threadIdx.x + PRE_PER * blockDim.x; c4 < D4; c4 += blockDim.x) store_norm4(su4[c4], nw4[c4], r, c4, uf, ub);
 }
 
-// After a sub-layer: X'_k = post_k · y + Σ_j comb[j][k] · X_j, in place. With `fn_next` (the
-// next site's mixing weights, nullable) the block (part, token) also writes the mixing partial
-// of its columns of X' (POST_COLS at a time, the layout of `hc_mix_partial`), so the next
-// `hc_pre` needs no pass of its own over X: warp w forms mix rows 3w..3w+2 (every warp
-// recomputes X' for the block's columns; warp 0 stores it), so a 4096-wide row spreads over 128
-// blocks and no block-wide reduction is needed.
+// After a sub-layer: X'_k = post_k · y + Σ_j comb[j][k] · X_j, in place. Block (part, yb)
+// takes tokens [yb·tpb, yb·tpb + tpb) ∩ [0, T) (tpb <= POST_TOK). With `fn_next` (the next
+// site's mixing weights, nullable) it also writes the mixing partial of its columns of X'
+// (POST_COLS at a time, the layout of `hc_mix_partial`) for each of its tokens, so the next
+// `hc_pre` needs no pass of its own over X: warp w forms mix rows 3w..3w+2 from mixing weights
+// it loads once for all the block's tokens (at 64 tokens, 16 blocks per column range read them
+// instead of 64). Every warp recomputes X' for the block's columns; after a barrier warp w
+// stores token w's (and its square sum), so a 4096-wide row spreads over 128 blocks and no
+// block-wide reduction is needed.
 extern "C" __global__ void __launch_bounds__(256) hc_post(float* __restrict__ X, const float* __restrict__ y,
-                                                        const float* __restrict__ mixbuf, int hc, int D,
-                                                        const float* __restrict__ fn_next,
+                                                        const float* __restrict__ mixbuf, int hc, int D, int T,
+                                                        int tpb, const float* __restrict__ fn_next,
                                                         float* __restrict__ partial) {
     pdl_enter();
-    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int W = hc * D, nmix = (2 + hc) * hc;
-    const float* mb = mixbuf + (i64)t * (hc + hc * hc);
-    float* Xt = X + (i64)t * W;
-    const float* yt = y + (i64)t * D;
-    float post[4], comb[4][4];
+    const int t0 = blockIdx.y * tpb, nt = min(tpb, T - t0);
+    // One token's post-mix of column c (zeros past D).
+    auto mixed = [&](int tok, int c, float v[4]) {
+        const float* mb = mixbuf + (i64)tok * (hc + hc * hc);
+        const float* Xt = X + (i64)tok * W;
+        float post[4], comb[4][4], old[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        post[j] = j < hc ? mb[j] : 0.f;
+        for (int j = 0; j < 4; j++) {
+            post[j] = j < hc ? mb[j] : 0.f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) comb[j][k] = j < hc && k < hc ? mb[hc + j * hc + k] : 0.f;
-    }
+            for (int k = 0; k < 4; k++) comb[j][k] = j < hc && k < hc ? mb[hc + j * hc + k] : 0.f;
+            old[j] = c < D && j < hc ? Xt[j * D + c] : 0.f;
+        }
+        hc_post_mix(post, comb, old, c < D ? y[(i64)tok * D + c] : 0.f, v);
+    };
     if (!fn_next) {
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x) {
-            float old[4], v[4];
+        for (int i = 0; i < nt; i++) {
+            float* Xt = X + (i64)(t0 + i) * W;
+            for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < D; c += gridDim.x * blockDim.x) {
+                float v[4];
+                mixed(t0 + i, c, v);
 #pragma unroll
-            for (int j = 0; j < 4; j++) old[j] = j < hc ? Xt[j * D + c] : 0.f;
-            hc_post_mix(post, comb, old, yt[c], v);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                if (k < hc) Xt[k * D + c] = v[k];
+                for (int k = 0; k < 4; k++)
+                    if (k < hc) Xt[k * D + c] = v[k];
+            }
         }
         return;
     }
     constexpr int QW = MAX_MIX / 8;  // mix rows per warp
-    float acc[QW], ss = 0.f;
+    float acc[POST_TOK][QW], ss = 0.f;
 #pragma unroll
-    for (int q = 0; q < QW; q++) acc[q] = 0.f;
+    for (int i = 0; i < POST_TOK; i++)
+#pragma unroll
+        for (int q = 0; q < QW; q++) acc[i][q] = 0.f;
     for (int base = blockIdx.x * POST_COLS; base < D; base += gridDim.x * POST_COLS) {
         const int c = base + lane;
         const bool in = c < D;
-        float old[4], v[4];
+        float fw[QW][4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) old[j] = in && j < hc ? Xt[j * D + c] : 0.f;
-        hc_post_mix(post, comb, old, in ? yt[c] : 0.f, v);
-        __syncthreads();  // every warp has read X before warp 0 overwrites it
-        if (in) {
-            if (warp == 0) {
+        for (int q = 0; q < QW; q++) {
+            const int m = warp * QW + q;
+#pragma unroll
+            for (int k = 0; k < 4; k++) fw[q][k] = in && m < nmix && k < hc ? fn_next[(i64)m * W + k * D + c] : 0.f;
+        }
+        float v[POST_TOK][4];
+#pragma unroll
+        for (int i = 0; i < POST_TOK; i++)
+            if (i < nt) mixed(t0 + i, c, v[i]);
+        __syncthreads();  // every warp has read X before any overwrites it
+#pragma unroll
+        for (int i = 0; i < POST_TOK; i++) {
+            if (i >= nt) break;
+            if (in && warp == i) {
+                float* Xt = X + (i64)(t0 + i) * W;
 #pragma unroll
                 for (int k = 0; k < 4; k++)
                     if (k < hc) {
-                        Xt[k * D + c] = v[k];
-                        ss += v[k] * v[k];
+                        Xt[k * D + c] = v[i][k];
+                        ss += v[i][k] * v[i][k];
                     }
             }
 #pragma unroll
-            for (int q = 0; q < QW; q++) {
-                const int m = warp * QW + q;
-                if (m >= nmix) break;
+            for (int q = 0; q < QW; q++)
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    if (k < hc) acc[q] += v[k] * fn_next[(i64)m * W + k * D + c];
-            }
+                for (int k = 0; k < 4; k++) acc[i][q] += v[i][k] * fw[q][k];
         }
     }
-    float* out = partial + ((i64)t * gridDim.x + blockIdx.x) * (MAX_MIX + 1);
 #pragma unroll
-    for (int q = 0; q < QW; q++) {
-        const float v = warp_sum(acc[q]);
-        if (lane == 0 && warp * QW + q < nmix) out[warp * QW + q] = v;
-    }
-    if (warp == 0) {
-        ss = warp_sum(ss);
-        if (lane == 0) out[MAX_MIX] = ss;
+    for (int i = 0; i < POST_TOK; i++) {
+        if (i >= nt) break;
+        float* out = partial + ((i64)(t0 + i) * gridDim.x + blockIdx.x) * (MAX_MIX + 1);
+#pragma unroll
+        for (int q = 0; q < QW; q++) {
+            const float v = warp_sum(acc[i][q]);
+            if (lane == 0 && warp * QW + q < nmix) out[warp * QW + q] = v;
+        }
+        if (warp == i) {
+            const float s2 = warp_sum(ss);
+            if (lane == 0) out[MAX_MIX] = s2;
+        }
     }
 }
 

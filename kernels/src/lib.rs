@@ -299,6 +299,13 @@ pub mod mhc {
     pub const PRE_THREADS: usize = 1024;
     /// Columns per `hc_post` block when it leaves mixing partials.
     pub const POST_COLS: usize = 32;
+    /// Most tokens one `hc_post` block takes (sharing the next site's mixing weights).
+    pub const POST_TOK: usize = 4;
+    /// Tokens per `hc_post` block for a step of `t` tokens: one below 8 (the blocks fill the
+    /// GPU and the weights are re-read few times), else [`POST_TOK`].
+    pub fn post_tokens(t: usize) -> usize {
+        if t < 8 { 1 } else { POST_TOK }
+    }
     /// Blocks per token of `hc_post`, and so the partials it leaves for the next `hc_pre`.
     pub fn post_parts(d: usize) -> usize {
         d.div_ceil(POST_COLS).clamp(1, MIX_PARTS)
@@ -583,6 +590,7 @@ mod tests {
             ),
             (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
             (MHC.source, "#define POST_COLS", mhc::POST_COLS),
+            (MHC.source, "#define POST_TOK", mhc::POST_TOK),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),
             (MOE.source, "#define ROUTE_MAXK", moe::MAX_TOP_K),
             (SAMPLE.source, "#define MAX_BANNED", sample::MAX_BANNED),

@@ -119,7 +119,8 @@ pub fn hc_pre(
 
 /// The post-mix of a site, in place on `x`. `next` = (the next site's mixing weights, the
 /// partial buffer): also leaves that site's mixing partials (`km::post_parts(d)` per token),
-/// so its `hc_pre` runs with `ready_parts` and no pass of its own.
+/// so its `hc_pre` runs with `ready_parts` and no pass of its own. From 8 tokens a block takes
+/// `km::POST_TOK` tokens, loading those weights once for all of them.
 #[allow(clippy::too_many_arguments)]
 pub fn hc_post(
     gpu: &Gpu,
@@ -132,7 +133,8 @@ pub fn hc_post(
     next: Option<(u64, u64)>,
 ) -> Result<u64> {
     let (fn_next, partial) = next.unwrap_or((0, 0));
-    let l = Launch::new((km::post_parts(d), t, 1), 256, 0);
+    let tpb = km::post_tokens(t);
+    let l = Launch::new((km::post_parts(d), t.div_ceil(tpb), 1), 256, 0);
     gpu.launch(
         km::HC_POST,
         l,
@@ -142,6 +144,8 @@ pub fn hc_post(
             .ptr(mix)
             .usize(hc)
             .usize(d)
+            .usize(t)
+            .usize(tpb)
             .ptr(fn_next)
             .ptr(partial),
     )?;

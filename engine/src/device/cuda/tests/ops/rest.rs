@@ -8,11 +8,12 @@ use crate::ops::norm::rms_norm_rows;
 use crate::rng::Rng;
 use crate::tensor::Mat;
 
+/// 13 tokens: hc_post takes them 4 to a block, the last block 1.
 #[test]
 fn hyper_connections_match_the_cpu_at_v4_width() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng::new(4);
-    let (hc, d, t) = (4usize, 4096usize, 16usize);
+    let (hc, d, t) = (4usize, 4096usize, 13usize);
     let mix = (2 + hc) * hc;
     let site = HyperConnection {
         fn_w: randn(&mut rng, mix * hc * d, 0.01),
@@ -140,7 +141,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         hc_eps: 1e-6,
         norm_eps: 1e-6,
     };
-    let sel: Vec<i32> = vec![3, 0, 15];
+    let sel: Vec<i32> = vec![3, 0, 12];
     let rows: Vec<usize> = sel.iter().map(|&r| r as usize).collect();
     let xm = Mat::from_vec(t, hc * d, got_x.clone());
     let mut want = head.collapse(&xm.gather_rows(&rows));
