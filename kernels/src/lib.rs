@@ -301,10 +301,11 @@ pub mod mhc {
     pub const POST_COLS: usize = 32;
     /// Most tokens one `hc_post` block takes (sharing the next site's mixing weights).
     pub const POST_TOK: usize = 4;
-    /// Tokens per `hc_post` block for a step of `t` tokens: one below 8 (the blocks fill the
-    /// GPU and the weights are re-read few times), else [`POST_TOK`].
-    pub fn post_tokens(t: usize) -> usize {
-        if t < 8 { 1 } else { POST_TOK }
+    /// Tokens per `hc_post` block for a step of `t` tokens when blocks may share them
+    /// (`share`): one below 8 (the blocks fill the GPU and the weights are re-read few times),
+    /// else [`POST_TOK`]; one token per block otherwise.
+    pub fn post_tokens(t: usize, share: bool) -> usize {
+        if share && t >= 8 { POST_TOK } else { 1 }
     }
     /// Blocks per token of `hc_post`, and so the partials it leaves for the next `hc_pre`.
     pub fn post_parts(d: usize) -> usize {

@@ -1,6 +1,8 @@
 //! The mHC launchers: embedding into the residual streams, the mixing partials, pre- and
 //! post-mix, the hyper-head, and row norms.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use amdahl_kernels::mhc as km;
 
 use crate::error::{EngineError, Result};
@@ -117,10 +119,30 @@ pub fn hc_pre(
     Ok(n + l.blocks())
 }
 
+/// Whether `hc_post` blocks take several tokens (`AMDAHL_POST_TOKENS=4`; opt-in until measured
+/// on the GPU: one token per block is the path the GPU tests have run).
+pub fn post_shares_tokens() -> bool {
+    match POST_FORCE.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => std::env::var("AMDAHL_POST_TOKENS").as_deref() == Ok("4"),
+    }
+}
+
+/// Forced (0 off, 1 on) or unset (`u8::MAX`): [`post_shares_tokens`].
+static POST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Forces `hc_post`'s tokens per block on or off (`None`: the environment decides).
+#[cfg(test)]
+pub fn force_post_tokens(v: Option<bool>) {
+    POST_FORCE.store(v.map_or(u8::MAX, u8::from), Ordering::Relaxed);
+}
+
 /// The post-mix of a site, in place on `x`. `next` = (the next site's mixing weights, the
 /// partial buffer): also leaves that site's mixing partials (`km::post_parts(d)` per token),
-/// so its `hc_pre` runs with `ready_parts` and no pass of its own. From 8 tokens a block takes
-/// `km::POST_TOK` tokens, loading those weights once for all of them.
+/// so its `hc_pre` runs with `ready_parts` and no pass of its own. With
+/// [`post_shares_tokens`], from 8 tokens a block takes `km::POST_TOK` tokens, loading those
+/// weights once for all of them.
 #[allow(clippy::too_many_arguments)]
 pub fn hc_post(
     gpu: &Gpu,
@@ -133,7 +155,7 @@ pub fn hc_post(
     next: Option<(u64, u64)>,
 ) -> Result<u64> {
     let (fn_next, partial) = next.unwrap_or((0, 0));
-    let tpb = km::post_tokens(t);
+    let tpb = km::post_tokens(t, post_shares_tokens());
     let l = Launch::new((km::post_parts(d), t.div_ceil(tpb), 1), 256, 0);
     gpu.launch(
         km::HC_POST,

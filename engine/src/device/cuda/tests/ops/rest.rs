@@ -33,7 +33,6 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
     site.post(&cmix, &mut xp, &Mat::from_vec(t, d, y.clone()));
 
     let gh = crate::device::cuda::weights::GHc::upload(&g, &site).unwrap();
-    let xb = g.upload(&x).unwrap();
     let yb = g.upload(&y).unwrap();
     let nb = g.upload(&norm_w).unwrap();
     let mixb = super::poisoned(&g, t * (hc + hc * hc) * 4);
@@ -43,94 +42,141 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
     );
     let uf = super::poisoned(&g, t * d * 4);
     let ub = super::poisoned(&g, t * d * 2);
-    k::hc_pre(
-        &g,
-        xb.ptr(),
-        (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
-        hc,
-        d,
-        20,
-        1e-6,
-        1e-6,
-        nb.ptr(),
-        mixb.ptr(),
-        parts.ptr(),
-        0,
-        uf.ptr(),
-        ub.ptr(),
-        t,
-    )
-    .unwrap();
-    let got_u: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
-    let e = rel_l2(&got_u, &u.data);
-    println!("hc_pre + norm: rel l2 {e:.2e}");
-    assert!(e <= 1e-4, "hc_pre: {e:.3e}");
-    let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
-    for ti in 0..t {
-        let gm = &got_mix[ti * 20..(ti + 1) * 20];
-        let e1 = rel_l2(&gm[..4], &cmix.post[ti * 4..(ti + 1) * 4]);
-        let e2 = rel_l2(&gm[4..], &cmix.comb[ti * 16..(ti + 1) * 16]);
-        assert!(
-            e1 <= 1e-4 && e2 <= 1e-4,
-            "token {ti}: post {e1:.2e}, comb {e2:.2e}"
-        );
-    }
-    // The post-mix also leaves the next site's mixing partials (here the same site's weights);
-    // the pre-mix from them must match the CPU pre-mix of the updated streams.
-    let poison_parts = super::poisoned(
-        &g,
-        t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * 4,
-    );
-    k::hc_post(
-        &g,
-        xb.ptr(),
-        yb.ptr(),
-        mixb.ptr(),
-        hc,
-        d,
-        t,
-        Some((gh.fn_w.ptr(), poison_parts.ptr())),
-    )
-    .unwrap();
-    let got_x: Vec<f32> = g.read(&xb, 0, t * hc * d).unwrap();
-    let e = rel_l2(&got_x, &xp.data);
-    println!("hc_post: rel l2 {e:.2e}");
-    assert!(e <= 1e-4, "hc_post: {e:.3e}");
     let (cmix2, mut u2) = site.pre(&xp);
     rms_norm_rows(&mut u2.data, &norm_w, 1e-6);
-    k::hc_pre(
-        &g,
-        xb.ptr(),
-        (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
-        hc,
-        d,
-        20,
-        1e-6,
-        1e-6,
-        nb.ptr(),
-        mixb.ptr(),
-        poison_parts.ptr(),
-        amdahl_kernels::mhc::post_parts(d),
-        uf.ptr(),
-        ub.ptr(),
-        t,
-    )
-    .unwrap();
-    let got_ub: Vec<u16> = g.read(&ub, 0, t * d).unwrap();
-    let got_u2: Vec<f32> = got_ub
-        .iter()
-        .map(|&b| f32::from_bits((b as u32) << 16))
-        .collect();
-    let e = rel_l2(&got_u2, &u2.data);
-    println!("hc_post partials → hc_pre (bf16 out): rel l2 {e:.2e}");
-    assert!(e <= 4e-3, "hc_pre from post partials, bf16: {e:.3e}");
-    let got_u2f: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
-    let e = rel_l2(&got_u2f, &u2.data);
-    println!("hc_post partials → hc_pre (f32 out): rel l2 {e:.2e}");
-    assert!(e <= 1e-4, "hc_pre from post partials: {e:.3e}");
-    let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
-    let e = rel_l2(&got_mix[..4], &cmix2.post[..4]);
-    assert!(e <= 1e-4, "post from post partials: {e:.2e}");
+    // hc_post with one token per block, then with blocks sharing tokens (4, 4, 4 and 1).
+    let mut got_x = Vec::new();
+    let xb = g.upload(&x).unwrap();
+    for share in [false, true] {
+        g.write(&xb, 0, &x).unwrap();
+        k::hc_pre(
+            &g,
+            xb.ptr(),
+            (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
+            hc,
+            d,
+            20,
+            1e-6,
+            1e-6,
+            nb.ptr(),
+            mixb.ptr(),
+            parts.ptr(),
+            0,
+            uf.ptr(),
+            ub.ptr(),
+            t,
+        )
+        .unwrap();
+        let got_u: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
+        let e = rel_l2(&got_u, &u.data);
+        println!("hc_pre + norm: rel l2 {e:.2e}");
+        assert!(e <= 1e-4, "hc_pre: {e:.3e}");
+        let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
+        for ti in 0..t {
+            let gm = &got_mix[ti * 20..(ti + 1) * 20];
+            let e1 = rel_l2(&gm[..4], &cmix.post[ti * 4..(ti + 1) * 4]);
+            let e2 = rel_l2(&gm[4..], &cmix.comb[ti * 16..(ti + 1) * 16]);
+            assert!(
+                e1 <= 1e-4 && e2 <= 1e-4,
+                "token {ti}: post {e1:.2e}, comb {e2:.2e}"
+            );
+        }
+        // The post-mix also leaves the next site's mixing partials (here the same site's
+        // weights); the pre-mix from them must match the CPU pre-mix of the updated streams.
+        let poison_parts = super::poisoned(
+            &g,
+            t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * 4,
+        );
+        k::force_post_tokens(Some(share));
+        let posted = k::hc_post(
+            &g,
+            xb.ptr(),
+            yb.ptr(),
+            mixb.ptr(),
+            hc,
+            d,
+            t,
+            Some((gh.fn_w.ptr(), poison_parts.ptr())),
+        );
+        k::force_post_tokens(None);
+        let blocks = posted.unwrap();
+        let per_token = amdahl_kernels::mhc::post_parts(d) as u64;
+        let want_blocks = if share {
+            per_token * 4
+        } else {
+            per_token * t as u64
+        };
+        assert_eq!(blocks, want_blocks, "hc_post blocks, share {share}");
+        got_x = g.read(&xb, 0, t * hc * d).unwrap();
+        let e = rel_l2(&got_x, &xp.data);
+        println!("hc_post (share {share}): rel l2 {e:.2e}");
+        assert!(e <= 1e-4, "hc_post (share {share}): {e:.3e}");
+        k::hc_pre(
+            &g,
+            xb.ptr(),
+            (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
+            hc,
+            d,
+            20,
+            1e-6,
+            1e-6,
+            nb.ptr(),
+            mixb.ptr(),
+            poison_parts.ptr(),
+            amdahl_kernels::mhc::post_parts(d),
+            uf.ptr(),
+            ub.ptr(),
+            t,
+        )
+        .unwrap();
+        let got_ub: Vec<u16> = g.read(&ub, 0, t * d).unwrap();
+        let got_u2: Vec<f32> = got_ub
+            .iter()
+            .map(|&b| f32::from_bits((b as u32) << 16))
+            .collect();
+        let e = rel_l2(&got_u2, &u2.data);
+        println!("hc_post partials → hc_pre (bf16 out, share {share}): rel l2 {e:.2e}");
+        assert!(e <= 4e-3, "hc_pre from post partials, bf16: {e:.3e}");
+        let got_u2f: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
+        let e = rel_l2(&got_u2f, &u2.data);
+        println!("hc_post partials → hc_pre (f32 out, share {share}): rel l2 {e:.2e}");
+        assert!(e <= 1e-4, "hc_pre from post partials: {e:.3e}");
+        let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
+        for ti in 0..t {
+            let gm = &got_mix[ti * 20..(ti + 1) * 20];
+            let e1 = rel_l2(&gm[..4], &cmix2.post[ti * 4..(ti + 1) * 4]);
+            let e2 = rel_l2(&gm[4..], &cmix2.comb[ti * 16..(ti + 1) * 16]);
+            assert!(
+                e1 <= 1e-4 && e2 <= 1e-4,
+                "post partials, token {ti}: post {e1:.2e}, comb {e2:.2e}"
+            );
+        }
+    }
+
+    // The last layer's post-mix (no next site), blocks sharing tokens: X' alone. The mix
+    // buffer holds the second site's mixers now: put the first site's back.
+    for share in [false, true] {
+        let xs = g.upload(&x).unwrap();
+        let mix1: Vec<f32> = (0..t)
+            .flat_map(|ti| {
+                let mut m = cmix.post[ti * 4..(ti + 1) * 4].to_vec();
+                m.extend_from_slice(&cmix.comb[ti * 16..(ti + 1) * 16]);
+                m
+            })
+            .collect();
+        let mb1 = g.upload(&mix1).unwrap();
+        k::force_post_tokens(Some(share));
+        let posted = k::hc_post(&g, xs.ptr(), yb.ptr(), mb1.ptr(), hc, d, t, None);
+        k::force_post_tokens(None);
+        posted.unwrap();
+        let got: Vec<f32> = g.read(&xs, 0, t * hc * d).unwrap();
+        let e = rel_l2(&got, &xp.data);
+        println!("hc_post without partials (share {share}): rel l2 {e:.2e}");
+        assert!(
+            e <= 1e-4,
+            "hc_post without partials (share {share}): {e:.3e}"
+        );
+    }
 
     // The hyper-head collapse of selected rows, then the output norm, as bf16.
     let head = HyperHead {
