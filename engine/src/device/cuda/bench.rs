@@ -223,7 +223,8 @@ fn kernel_choices(m: &GpuModel) -> String {
     };
     format!(
         "programmatic launches {pdl}; indexer {:?}; route+plan {}; expert kernels {}; \
-         streamed linears {} (FP8 decoded to {:?}); tiled GEMM {}; side stream {}; FP4 tiles {}",
+         streamed linears {} (FP8 decoded to {:?}); tiled GEMM {}; side stream {}; FP4 tiles {}; \
+         mHC post-mix tokens per block {}",
         super::launch::indexer_kernels(),
         if super::launch::route_plan_fused() {
             "fused"
@@ -236,6 +237,11 @@ fn kernel_choices(m: &GpuModel) -> String {
         on("AMDAHL_GEMM"),
         on("AMDAHL_FORK"),
         on("AMDAHL_FP4_TILES"),
+        if super::launch::post_shares_tokens() {
+            "up to 4"
+        } else {
+            "1"
+        },
     )
 }
 
