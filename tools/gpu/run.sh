@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One GPU-machine session of amdahl's GPU checks, run from the repository root there:
-#   bash tools/gpu/run.sh [tests] [profile] [pdl] [indexer] [ab] [launches] [prefill] [ncu] [ncufull] [hot] [peers]
+#   bash tools/gpu/run.sh [tests] [profile] [base] [pdl] [indexer] [ab] [launches] [prefill] [ncu] [ncufull] [hot] [peers]
 # Expects the binaries built here (see GPU.md) in .gpu/: amdahl (release, --features cuda) and
 # engine-tests (the amdahl-engine test binary, release, --features cuda), and the kernel cache
-# in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds). Logs go
+# in .gpu/kcache (`amdahl kernels --arch 90 --pdl --cache .gpu/kcache`: all three builds), or
+# tools/gpu/pack.sh's tarball of them in .gpup/g.tgz, unpacked here. `base` profiles
+# .gpu/amdahl-base (pack.sh BASE=<rev>) and .gpu/amdahl back to back. Logs go
 # to $OUT. `pdl` repeats the decode profile with plain launches (AMDAHL_PDL=0; the default is 1),
 # then with weight prefetches (2). `indexer` runs the model tests and the decode profile with the
 # first indexer kernels (AMDAHL_INDEXER=rows) and times both indexer kernel sets by ncu.
@@ -13,6 +15,8 @@
 # at each of LAUNCH_BATCH (tools/gpu/launches.py). SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
 # of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
+# The binaries and kernel cache as tools/gpu/pack.sh packs them for the device tool's carry.
+if [ ! -x .gpu/amdahl ] && [ -f .gpup/g.tgz ]; then tar xzf .gpup/g.tgz; fi
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export AMDAHL_KERNEL_CACHE=$PWD/.gpu/kcache AMDAHL_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0 RUST_LOG=${RUST_LOG:-warn}
@@ -100,6 +104,15 @@ if [[ " $what " == *" profile "* ]]; then
     timeout 200 .gpu/amdahl profile --layers ${LAYERS:-4} --batch 16 --ctx 8192 --expert-format mxfp4 --steps 10 >"$OUT/profile_mxfp4.txt" 2>&1
     head -n 20 "$OUT/profile_mxfp4.txt"
   fi
+fi
+if [[ " $what " == *" base "* ]] && [ -x .gpu/amdahl-base ]; then
+  # The base revision (pack.sh BASE=<rev>) and this one, back to back on the same machine.
+  for bin in amdahl-base amdahl; do
+    timeout 300 .gpu/$bin profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
+      --expert-format nvfp4 --steps 20 --json "$OUT/profile_$bin.json" >"$OUT/profile_$bin.txt" 2>&1
+    echo "profile ($bin) rc=$?" >>"$OUT/profile_$bin.txt"
+    grep -E '^batch|^(mhc|attn_proj|indexer|attention|moe) |rc=' "$OUT/profile_$bin.txt" | cut -c1-120
+  done
 fi
 if [[ " $what " == *" pdl "* ]]; then
   # The op tests in the level-2 build with every launch programmatic (the streamed linears there
