@@ -6,13 +6,7 @@
 # except the NVRTC compile check, which AMDAHL_REQUIRE_NVRTC=1 makes mandatory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/nvrtc-venv
-if ! find "$venv" -name 'libnvrtc.so.13' 2>/dev/null | grep -q .; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 120 nvidia-cuda-nvrtc==13.0.88
-fi
-lib=$(cd "$(dirname "$(find "$venv" -name libnvrtc.so.13 | head -n 1)")" && pwd)
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source tools/nvrtc_env.sh
 # Clippy over every target with the feature on type-checks the binary and the GPU tests too.
 cargo clippy -p amdahl-engine -p amdahl --all-targets --features amdahl/cuda -- -D warnings
 AMDAHL_REQUIRE_NVRTC=1 AMDAHL_KERNEL_CACHE="$PWD/target/kernel-cache" \

@@ -9,12 +9,7 @@
 # Both .gpu/ and .gpup/ are ignored by git. About 5 minutes on 2 cores from a warm target/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv=target/nvrtc-venv
-if ! find "$venv" -name 'libnvrtc.so.13' 2>/dev/null | grep -q .; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 120 nvidia-cuda-nvrtc==13.0.88
-fi
-export LD_LIBRARY_PATH="$(cd "$(dirname "$(find "$venv" -name libnvrtc.so.13 | head -n 1)")" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source tools/nvrtc_env.sh
 target=${CARGO_TARGET_DIR:-$PWD/target}
 rm -rf .gpu && mkdir -p .gpu .gpup
 if [ -n "${BASE:-}" ]; then

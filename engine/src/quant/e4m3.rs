@@ -90,22 +90,7 @@ pub fn encode(x: f32) -> u8 {
 #[cfg(test)]
 mod kernel_decode_tests {
     use super::{decode, is_nan};
-
-    /// PTX `prmt.b32` in its default mode: selector nibble n picks byte (n & 7) of {b, a};
-    /// with bit 3 set, the picked byte's sign replicated over the byte.
-    fn prmt(a: u32, b: u32, sel: u32) -> u32 {
-        let src = (a as u64) | ((b as u64) << 32);
-        (0..4).fold(0u32, |acc, i| {
-            let s = (sel >> (4 * i)) & 0xf;
-            let byte = ((src >> (8 * (s & 7))) & 0xff) as u32;
-            let v = if s & 8 != 0 {
-                if byte & 0x80 != 0 { 0xff } else { 0 }
-            } else {
-                byte
-            };
-            acc | (v << (8 * i))
-        })
-    }
+    use crate::quant::prmt;
 
     /// The kernel's three ops per pair: codes 0, 1 and 2, 3 of `c` as bf16 pairs.
     fn kernel(c: u32) -> [u32; 2] {

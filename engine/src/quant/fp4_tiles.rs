@@ -191,27 +191,18 @@ pub fn tile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{e2m1, e4m3};
+    use crate::quant::{e2m1, e4m3, prmt};
     use crate::rng::Rng;
-
-    /// CUDA's `__byte_perm(x, y, s)` for selectors without the sign-replicate bit.
-    fn byte_perm(x: u32, y: u32, s: u32) -> u32 {
-        let src = (x as u64) | ((y as u64) << 32);
-        (0..4).fold(0u32, |acc, b| {
-            let sel = (s >> (4 * b)) & 7;
-            acc | ((((src >> (8 * sel)) & 0xff) as u32) << (8 * b))
-        })
-    }
 
     /// The kernel's decode (`fp4t_word` in linear_formats.cuh), op for op: 4 bf16 pairs.
     fn kernel_decode(w: u32) -> [u32; 4] {
         let (l2, l3, l5, l6) = (w << 2, w << 3, w << 5, w << 6);
         const M: u32 = 0x81C0_81C0;
         [
-            byte_perm(l5, l3, 0x5420) & M,
-            byte_perm(l6, w, 0x4321) & M,
-            byte_perm(w, l5, 0x7321) & M,
-            byte_perm(l2, l3, 0x3712) & M,
+            prmt(l5, l3, 0x5420) & M,
+            prmt(l6, w, 0x4321) & M,
+            prmt(w, l5, 0x7321) & M,
+            prmt(l2, l3, 0x3712) & M,
         ]
     }
 

@@ -26,3 +26,24 @@ pub use weight::{Format, Kind, QuantWeight};
 
 #[cfg(test)]
 mod tests;
+
+/// PTX `prmt.b32` in its default mode, as the kernels' decodes use it (CUDA's `__byte_perm` is
+/// the same for selectors without bit 3): selector nibble n picks byte (n & 7) of {b, a}; with
+/// bit 3 set, the picked byte's sign replicated over the byte. The CPU mirrors of the kernels'
+/// bit-level decodes (fp4_tiles.rs, e4m3.rs) run on it.
+#[cfg(test)]
+pub(crate) fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let src = (a as u64) | ((b as u64) << 32);
+    (0..4).fold(0u32, |acc, i| {
+        let s = (sel >> (4 * i)) & 0xf;
+        let byte = ((src >> (8 * (s & 7))) & 0xff) as u32;
+        let v = if s & 8 == 0 {
+            byte
+        } else if byte & 0x80 != 0 {
+            0xff
+        } else {
+            0
+        };
+        acc | (v << (8 * i))
+    })
+}

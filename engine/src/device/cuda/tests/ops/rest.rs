@@ -44,11 +44,24 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
     let ub = super::poisoned(&g, t * d * 2);
     let (cmix2, mut u2) = site.pre(&xp);
     rms_norm_rows(&mut u2.data, &norm_w, 1e-6);
+    // The device's post and comb of every token against the CPU's mixers `want`.
+    let check_mix = |want: &crate::ops::mhc::HcMix, what: &str| {
+        let got: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
+        for ti in 0..t {
+            let gm = &got[ti * 20..(ti + 1) * 20];
+            let e1 = rel_l2(&gm[..4], &want.post[ti * 4..(ti + 1) * 4]);
+            let e2 = rel_l2(&gm[4..], &want.comb[ti * 16..(ti + 1) * 16]);
+            assert!(
+                e1 <= 1e-4 && e2 <= 1e-4,
+                "{what}, token {ti}: post {e1:.2e}, comb {e2:.2e}"
+            );
+        }
+    };
     // hc_post with one token per block, then with blocks sharing tokens (4, 4, 4 and 1).
     let mut got_x = Vec::new();
     let xb = g.upload(&x).unwrap();
-    for share in [false, true] {
-        g.write(&xb, 0, &x).unwrap();
+    // The pre-mix of xb from partials already in `partial` (`ready` per token), or 0: its own.
+    let pre = |partial: u64, ready: usize| {
         k::hc_pre(
             &g,
             xb.ptr(),
@@ -60,27 +73,22 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             1e-6,
             nb.ptr(),
             mixb.ptr(),
-            parts.ptr(),
-            0,
+            partial,
+            ready,
             uf.ptr(),
             ub.ptr(),
             t,
         )
         .unwrap();
+    };
+    for share in [false, true] {
+        g.write(&xb, 0, &x).unwrap();
+        pre(parts.ptr(), 0);
         let got_u: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
         let e = rel_l2(&got_u, &u.data);
         println!("hc_pre + norm: rel l2 {e:.2e}");
         assert!(e <= 1e-4, "hc_pre: {e:.3e}");
-        let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
-        for ti in 0..t {
-            let gm = &got_mix[ti * 20..(ti + 1) * 20];
-            let e1 = rel_l2(&gm[..4], &cmix.post[ti * 4..(ti + 1) * 4]);
-            let e2 = rel_l2(&gm[4..], &cmix.comb[ti * 16..(ti + 1) * 16]);
-            assert!(
-                e1 <= 1e-4 && e2 <= 1e-4,
-                "token {ti}: post {e1:.2e}, comb {e2:.2e}"
-            );
-        }
+        check_mix(&cmix, "pre-mix");
         // The post-mix also leaves the next site's mixing partials (here the same site's
         // weights); the pre-mix from them must match the CPU pre-mix of the updated streams.
         let poison_parts = super::poisoned(
@@ -111,24 +119,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         let e = rel_l2(&got_x, &xp.data);
         println!("hc_post (share {share}): rel l2 {e:.2e}");
         assert!(e <= 1e-4, "hc_post (share {share}): {e:.3e}");
-        k::hc_pre(
-            &g,
-            xb.ptr(),
-            (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
-            hc,
-            d,
-            20,
-            1e-6,
-            1e-6,
-            nb.ptr(),
-            mixb.ptr(),
-            poison_parts.ptr(),
-            amdahl_kernels::mhc::post_parts(d),
-            uf.ptr(),
-            ub.ptr(),
-            t,
-        )
-        .unwrap();
+        pre(poison_parts.ptr(), amdahl_kernels::mhc::post_parts(d));
         let got_ub: Vec<u16> = g.read(&ub, 0, t * d).unwrap();
         let got_u2: Vec<f32> = got_ub
             .iter()
@@ -141,16 +132,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         let e = rel_l2(&got_u2f, &u2.data);
         println!("hc_post partials → hc_pre (f32 out, share {share}): rel l2 {e:.2e}");
         assert!(e <= 1e-4, "hc_pre from post partials: {e:.3e}");
-        let got_mix: Vec<f32> = g.read(&mixb, 0, t * (hc + hc * hc)).unwrap();
-        for ti in 0..t {
-            let gm = &got_mix[ti * 20..(ti + 1) * 20];
-            let e1 = rel_l2(&gm[..4], &cmix2.post[ti * 4..(ti + 1) * 4]);
-            let e2 = rel_l2(&gm[4..], &cmix2.comb[ti * 16..(ti + 1) * 16]);
-            assert!(
-                e1 <= 1e-4 && e2 <= 1e-4,
-                "post partials, token {ti}: post {e1:.2e}, comb {e2:.2e}"
-            );
-        }
+        check_mix(&cmix2, "pre-mix from post partials");
     }
 
     // The last layer's post-mix (no next site), blocks sharing tokens: X' alone. The mix
