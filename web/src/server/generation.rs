@@ -281,6 +281,19 @@ mod tests {
         }
     }
 
+    /// Waits (at most 10 s) until the engine runs and queues nothing: every event of the
+    /// requests started so far is buffered.
+    async fn wait_idle(st: &AppState) {
+        for _ in 0..2000 {
+            let s = st.engine.stats().await.unwrap();
+            if s.running == 0 && s.waiting == 0 {
+                return;
+            }
+            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("the engine did not finish the request");
+    }
+
     /// A reader that falls behind (here: reads nothing until the engine has finished) gets the
     /// whole backlog as one chunk, with the same tokens, text and outcome as a prompt reader.
     #[actix_web::test]
@@ -306,16 +319,7 @@ mod tests {
         let mut slow = Generation::start(&st, greedy(n), Transport::Ws)
             .await
             .unwrap();
-        let mut idle = false;
-        for _ in 0..2000 {
-            let s = st.engine.stats().await.unwrap();
-            if s.running == 0 && s.waiting == 0 {
-                idle = true;
-                break;
-            }
-            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        assert!(idle, "the engine did not finish the request");
+        wait_idle(&st).await;
         let backlog = slow.next().await.unwrap();
         assert!(
             slow.next().await.is_none(),
@@ -355,16 +359,7 @@ mod tests {
         let mut g = Generation::start(&st, greedy(n), Transport::Ws)
             .await
             .unwrap();
-        let mut idle = false;
-        for _ in 0..2000 {
-            let s = st.engine.stats().await.unwrap();
-            if s.running == 0 && s.waiting == 0 {
-                idle = true;
-                break;
-            }
-            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        assert!(idle, "the engine did not finish the request");
+        wait_idle(&st).await;
         let mut chunks = Vec::new();
         while let Some(c) = g.next().await {
             chunks.push(c);
