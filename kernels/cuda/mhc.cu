@@ -242,8 +242,8 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
 // site's mixing weights, nullable) it also writes the mixing partial of its columns of X'
 // (POST_COLS at a time, the layout of `hc_mix_partial`) for each of its tokens, so the next
 // `hc_pre` needs no pass of its own over X: warp w forms mix rows 3w..3w+2 from mixing weights
-// it loads once for all the block's tokens (at 64 tokens, 16 blocks per column range read them
-// instead of 64). Every warp recomputes X' for the block's columns; after a barrier warp w
+// it loads once for all the block's tokens (at 64 tokens and tpb 4, 16 blocks per column range
+// read them instead of 64). Every warp recomputes X' for the block's columns; after a barrier warp w
 // stores token w's (and its square sum), so a 4096-wide row spreads over 128 blocks and no
 // block-wide reduction is needed.
 extern "C" __global__ void __launch_bounds__(256) hc_post(float* __restrict__ X, const float* __restrict__ y,

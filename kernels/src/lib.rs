@@ -301,9 +301,9 @@ pub mod mhc {
     pub const POST_COLS: usize = 32;
     /// Most tokens one `hc_post` block takes (sharing the next site's mixing weights).
     pub const POST_TOK: usize = 4;
-    /// Tokens per `hc_post` block for a step of `t` tokens when blocks may share them
-    /// (`share`): one below 8 (the blocks fill the GPU and the weights are re-read few times),
-    /// else [`POST_TOK`]; one token per block otherwise.
+    /// Tokens per `hc_post` block for a step of `t` tokens: [`POST_TOK`] when blocks may share
+    /// tokens (`share`) and there are 8 or more, else one (below 8 the blocks of one token each
+    /// fill the GPU and the weights are re-read few times).
     pub fn post_tokens(t: usize, share: bool) -> usize {
         if share && t >= 8 { POST_TOK } else { 1 }
     }

@@ -58,13 +58,17 @@ pub fn fp8_stream() -> Fp8Stream {
     }
 }
 
+/// Whether format `fmt` streams through the FP8-to-bf16 entries (`stream_linear_raw_*`).
+fn raw8(fmt: Fmt) -> bool {
+    fp8_stream() == Fp8Stream::Bf16 && amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt.name())
+}
+
 /// The streamed dense linear's entry for format `fmt` at `nt` token groups.
 pub fn linear_entry(fmt: Fmt, nt: usize) -> String {
-    let name = fmt.name();
-    if fp8_stream() == Fp8Stream::Bf16 && amdahl_kernels::STREAM_RAW_FORMATS.contains(&name) {
-        amdahl_kernels::stream_raw_entry(name, nt)
+    if raw8(fmt) {
+        amdahl_kernels::stream_raw_entry(fmt.name(), nt)
     } else {
-        amdahl_kernels::stream_linear_entry(name, nt)
+        amdahl_kernels::stream_linear_entry(fmt.name(), nt)
     }
 }
 
@@ -126,9 +130,7 @@ pub const STREAM_MIN_BYTES: usize = 16 << 20;
 /// docs/PERF.md has the measurements). Forced on (`force_stream`, tests), any size streams.
 pub fn dense_streams(fmt: Fmt, nt: usize, bytes: usize) -> bool {
     let large = bytes >= STREAM_MIN_BYTES || FORCE.load(Ordering::Relaxed) == 1;
-    let raw8 =
-        fp8_stream() == Fp8Stream::Bf16 && amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt.name());
-    large && (nt == 1 || (nt == 2 && (matches!(fmt, Fmt::Bf16 | Fmt::F16) || raw8)))
+    large && (nt == 1 || (nt == 2 && (matches!(fmt, Fmt::Bf16 | Fmt::F16) || raw8(fmt))))
 }
 
 /// The streamed kernels' geometry for weight `w` (`matrices` of it per stage), if they apply:
