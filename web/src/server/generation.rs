@@ -239,7 +239,21 @@ mod tests {
     use super::*;
     use crate::server::state::Limits;
 
-    fn state(dir: &std::path::Path) -> AppState {
+    /// A CPU engine on the serving test model, written to a temporary directory (kept alive
+    /// by the returned handle).
+    fn state() -> (tempfile::TempDir, AppState) {
+        let dir = tempfile::tempdir().unwrap();
+        amdahl_engine::testkit::write_model_dir(
+            dir.path(),
+            &amdahl_engine::testkit::serving_spec(),
+            7,
+        )
+        .unwrap();
+        let st = state_in(dir.path());
+        (dir, st)
+    }
+
+    fn state_in(dir: &std::path::Path) -> AppState {
         let engine = EngineHandle::start(EngineConfig {
             model_dir: dir.to_path_buf(),
             model_name: Some("tiny".into()),
@@ -298,14 +312,7 @@ mod tests {
     /// whole backlog as one chunk, with the same tokens, text and outcome as a prompt reader.
     #[actix_web::test]
     async fn a_reader_that_falls_behind_gets_the_backlog_merged() {
-        let dir = tempfile::tempdir().unwrap();
-        amdahl_engine::testkit::write_model_dir(
-            dir.path(),
-            &amdahl_engine::testkit::serving_spec(),
-            7,
-        )
-        .unwrap();
-        let st = state(dir.path());
+        let (_dir, st) = state();
         let n = 48;
 
         let mut prompt_reader = Generation::start(&st, greedy(n), Transport::Ws)
@@ -346,14 +353,7 @@ mod tests {
     /// chunk per token: a short answer is not sent as one delta just because the engine was quick.
     #[actix_web::test]
     async fn a_reader_a_few_tokens_behind_still_streams_token_by_token() {
-        let dir = tempfile::tempdir().unwrap();
-        amdahl_engine::testkit::write_model_dir(
-            dir.path(),
-            &amdahl_engine::testkit::serving_spec(),
-            7,
-        )
-        .unwrap();
-        let st = state(dir.path());
+        let (_dir, st) = state();
         // n tokens and the end: n + 1 events, all buffered before the first read.
         let n = MERGE_BACKLOG - 2;
         let mut g = Generation::start(&st, greedy(n), Transport::Ws)
