@@ -119,13 +119,14 @@ pub fn hc_pre(
     Ok(n + l.blocks())
 }
 
-/// Whether `hc_post` blocks take several tokens (`AMDAHL_POST_TOKENS=4`; opt-in until measured
-/// on the GPU: one token per block is the path the GPU tests have run).
+/// Whether `hc_post` blocks take several tokens (the default; `AMDAHL_POST_TOKENS=1` keeps one
+/// token per block). H100, ninth session: mhc stage at b64 0.540 → 0.415 ms per step of 4
+/// layers, b16 0.229 → 0.196 (docs/PERF.md).
 pub fn post_shares_tokens() -> bool {
     match POST_FORCE.load(Ordering::Relaxed) {
         0 => false,
         1 => true,
-        _ => std::env::var("AMDAHL_POST_TOKENS").as_deref() == Ok("4"),
+        _ => std::env::var("AMDAHL_POST_TOKENS").as_deref() != Ok("1"),
     }
 }
 
