@@ -300,30 +300,95 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
     }
 }
 
+// warp_core for the tiled FP4 formats: the lane's two slots of superchunk c sit at fixed offsets
+// from the tile's first (codes 1 KiB per superchunk, rows n0+8.. 512 B on; scales SB bytes per
+// slot), so the codes, scales and activations are read through pointers that step once per U
+// superchunks with the offsets inside in the loads' immediates (no 64-bit address arithmetic
+// per load), and each scale byte becomes its bf16 pair by one IMAD (`tiled_scale2`) after a mask
+// or shift: the integer pipe, which paces these kernels on the H200, is left little but the
+// codes' decode (ncu, docs/PERF.md ninth session).
+template <int FMT, int DUAL, int U>
+__device__ __forceinline__ void warp_core_tiled(const WDesc& d0, const WDesc& d1, int e, int n0,
+                                                int K, const u16* xr, float (&acc0)[4],
+                                                float (&acc1)[4]) {
+    constexpr int V = Vec<FMT>::V;
+    constexpr int SC = 32 * V;
+    constexpr int SB = FMT == FMT_NVFP4T ? 2 : 1;
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    const int nsc = K / SC;
+    const i64 first = (i64)(n0 >> 4) * nsc * 64 + lane;
+    const u8* q0 = d0.w + e * d0.w_stride + first * 16;
+    const u8* p0 = d0.s + e * d0.s_stride + first * SB;
+    const u8* q1 = DUAL ? d1.w + e * d1.w_stride + first * 16 : q0;
+    const u8* p1 = DUAL ? d1.s + e * d1.s_stride + first * SB : p0;
+    const bool has_x = xr != nullptr;
+    const u16* xp = has_x ? xr + t * 8 * V : nullptr;
+    // A slot's scale bytes in one load (NVFP4: 2, MXFP4: 1) and the bf16 pairs of its first and
+    // second 16 columns' scales (MXFP4: one scale for both).
+    auto load_scales = [](const u8* p) -> u32 { return SB == 2 ? *reinterpret_cast<const u16*>(p) : *p; };
+    auto lo_scale = [](u32 b) { return tiled_scale2<FMT>(SB == 2 ? b & 0xFFu : b); };
+    auto hi_scale = [](u32 b) { return tiled_scale2<FMT>(SB == 2 ? b >> 8 : b); };
+    for (int c0 = 0; c0 < nsc; c0 += U) {
+        RawW ra[U], rb[U], rc[U], rd[U];
+        u32 sa[U][2], sc[U][2];  // [u][row g / g+8]: the slot's scale bytes
+        uint4 xq[U][V];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u < nsc) {
+                ra[u].q = *reinterpret_cast<const uint4*>(q0 + u * 1024);
+                rb[u].q = *reinterpret_cast<const uint4*>(q0 + u * 1024 + 512);
+#pragma unroll
+                for (int r = 0; r < 2; r++) sa[u][r] = load_scales(p0 + (u * 64 + r * 32) * SB);
+                if (DUAL) {
+                    rc[u].q = *reinterpret_cast<const uint4*>(q1 + u * 1024);
+                    rd[u].q = *reinterpret_cast<const uint4*>(q1 + u * 1024 + 512);
+#pragma unroll
+                    for (int r = 0; r < 2; r++) sc[u][r] = load_scales(p1 + (u * 64 + r * 32) * SB);
+                }
+#pragma unroll
+                for (int q = 0; q < V; q++)
+                    xq[u][q] = has_x ? *reinterpret_cast<const uint4*>(xp + u * SC + 8 * q) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u >= nsc) break;
+            u32 xv[4 * V];
+#pragma unroll
+            for (int q = 0; q < V; q++) {
+                xv[4 * q] = xq[u][q].x; xv[4 * q + 1] = xq[u][q].y; xv[4 * q + 2] = xq[u][q].z; xv[4 * q + 3] = xq[u][q].w;
+            }
+            mma_scaled<FMT, V, 1>(ra[u], rb[u], lo_scale(sa[u][0]), hi_scale(sa[u][0]), lo_scale(sa[u][1]),
+                                  hi_scale(sa[u][1]), &xv, &acc0);
+            if (DUAL)
+                mma_scaled<FMT, V, 1>(rc[u], rd[u], lo_scale(sc[u][0]), hi_scale(sc[u][0]), lo_scale(sc[u][1]),
+                                      hi_scale(sc[u][1]), &xv, &acc1);
+        }
+        q0 += U * 1024;
+        p0 += U * 64 * SB;
+        if (DUAL) {
+            q1 += U * 1024;
+            p1 += U * 64 * SB;
+        }
+        if (has_x) xp += U * SC;
+    }
+}
+
 // One warp's 16-row tile at n0 of expert e over all of K (K % (32·V) == 0) for the 8 tokens
 // whose rows xr (per lane group g) point at (null: no token), U superchunks of loads in flight.
 template <int FMT, int DUAL, int U>
 __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int e, int n0, int N,
                                           int K, const u16* xr, float (&acc0)[4], float (&acc1)[4]) {
+    if (IS_TILED(FMT)) {
+        warp_core_tiled<FMT, DUAL, U>(d0, d1, e, n0, K, xr, acc0, acc1);
+        return;
+    }
     constexpr int V = Vec<FMT>::V;
     constexpr int SC = 32 * V;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
     const int nsc = K / SC;
-    // Tiled FP4: the lane's two slots of superchunk c sit at fixed offsets from the tile's first
-    // (codes 1 KiB per superchunk, rows n0+8.. 512 B on; scales SB bytes per slot).
-    constexpr int SB = FMT == FMT_NVFP4T ? 2 : 1;
-    const u8 *q0 = nullptr, *q1 = nullptr, *p0 = nullptr, *p1 = nullptr;
-    if (IS_TILED(FMT)) {
-        const i64 first = (i64)(n0 >> 4) * nsc * 64 + lane;
-        q0 = d0.w + e * d0.w_stride + first * 16;
-        p0 = d0.s + e * d0.s_stride + first * SB;
-        if (DUAL) {
-            q1 = d1.w + e * d1.w_stride + first * 16;
-            p1 = d1.s + e * d1.s_stride + first * SB;
-        }
-    }
     for (int c0 = 0; c0 < nsc; c0 += U) {
         RawW ra[U], rb[U], rc[U], rd[U];
         uint4 xq[U][V];
@@ -331,21 +396,11 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
         for (int u = 0; u < U; u++) {
             const int k = (c0 + u) * SC + t * 8 * V;
             if (c0 + u < nsc) {
-                if (IS_TILED(FMT)) {
-                    const int c = c0 + u;
-                    ra[u] = load_tiled<FMT>(q0 + c * 1024, p0 + c * 64 * SB);
-                    rb[u] = load_tiled<FMT>(q0 + c * 1024 + 512, p0 + (c * 64 + 32) * SB);
-                    if (DUAL) {
-                        rc[u] = load_tiled<FMT>(q1 + c * 1024, p1 + c * 64 * SB);
-                        rd[u] = load_tiled<FMT>(q1 + c * 1024 + 512, p1 + (c * 64 + 32) * SB);
-                    }
-                } else {
-                    ra[u] = load_raw<FMT>(d0, e, r0, k, K);
-                    rb[u] = load_raw<FMT>(d0, e, r1, k, K);
-                    if (DUAL) {
-                        rc[u] = load_raw<FMT>(d1, e, r0, k, K);
-                        rd[u] = load_raw<FMT>(d1, e, r1, k, K);
-                    }
+                ra[u] = load_raw<FMT>(d0, e, r0, k, K);
+                rb[u] = load_raw<FMT>(d0, e, r1, k, K);
+                if (DUAL) {
+                    rc[u] = load_raw<FMT>(d1, e, r0, k, K);
+                    rd[u] = load_raw<FMT>(d1, e, r1, k, K);
                 }
 #pragma unroll
                 for (int q = 0; q < V; q++)

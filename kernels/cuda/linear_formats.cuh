@@ -250,6 +250,16 @@ __device__ __forceinline__ RawW load_raw(const WDesc& d, int e, int n, int k, in
     return r;
 }
 
+// A tiled FP4 scale byte b (a register of its own, < 256) as the bf16 pair, both halves, of the
+// block's scale · 2^100: NVFP4 is the bf16 (b << 4) + 0x6C80 (fp4_tiles.rs `scale_bf16`), MXFP4
+// 2^(b-127) · 2^100 the bf16 (b + 100) << 7. A multiply-add puts b in both halves and adds the
+// offset (no carry crosses the halves): one IMAD on the FMA pipe instead of a byte permute and
+// a shift-add on the integer pipe, the FP4 kernels' bound.
+template <int FMT>
+__device__ __forceinline__ u32 tiled_scale2(u32 b) {
+    return FMT == FMT_NVFP4T ? b * 0x00100010u + 0x6C806C80u : b * 0x00800080u + 0x32003200u;
+}
+
 // Word-at-a-time decoding for the warp kernels (short live ranges): the scales of one raw
 // load, then word w (of 4) of its codes as V bf16 pairs (f32: floats 2w, 2w+1).
 template <int FMT>
@@ -257,11 +267,11 @@ __device__ __forceinline__ void raw_scales(const RawW& r, u32* s0, u32* s1) {
     *s0 = *s1 = 0;
     if (FMT == FMT_NVFP4) e4m3x2_bcast(r.s, s0, s1);
     else if (FMT == FMT_MXFP4) *s0 = *s1 = bf2_bcast(r.s ? (r.s << 7) : 0x0040u);  // 2^(b-127)
-    else if (FMT == FMT_NVFP4T) {  // scale · 2^100 is the bf16 (b << 4) + 0x6C80 (fp4_tiles.rs)
-        *s0 = (__byte_perm(r.s, 0u, 0x4040) << 4) + 0x6C806C80u;
-        *s1 = (__byte_perm(r.s, 0u, 0x4141) << 4) + 0x6C806C80u;
-    } else if (FMT == FMT_MXFP4T) {  // 2^(b-127) · 2^100 is the bf16 (b + 100) << 7
-        *s0 = *s1 = (__byte_perm(r.s, 0u, 0x4040) << 7) + 0x32003200u;
+    else if (FMT == FMT_NVFP4T) {  // two scale bytes per slot
+        *s0 = tiled_scale2<FMT>(r.s & 0xFFu);
+        *s1 = tiled_scale2<FMT>(r.s >> 8);
+    } else if (FMT == FMT_MXFP4T) {  // one scale byte (loaded as a byte)
+        *s0 = *s1 = tiled_scale2<FMT>(r.s);
     }
     else if (FMT == FMT_FP8T) *s0 = 0x71807180u;
     else if (FMT == FMT_FP8B_E8M0) *s0 = bf2_bcast((r.s + 100u) << 7);
