@@ -300,6 +300,15 @@ __device__ void moe_down_kernel(WDesc w2, const u16* __restrict__ act,
     }
 }
 
+// V 16-byte activation loads as the 4V words of the MMA's B operands.
+template <int V>
+__device__ __forceinline__ void unpack_x(const uint4 (&xq)[V], u32 (&xv)[4 * V]) {
+#pragma unroll
+    for (int q = 0; q < V; q++) {
+        xv[4 * q] = xq[q].x; xv[4 * q + 1] = xq[q].y; xv[4 * q + 2] = xq[q].z; xv[4 * q + 3] = xq[q].w;
+    }
+}
+
 // warp_core for the tiled FP4 formats: the lane's two slots of superchunk c sit at fixed offsets
 // from the tile's first (codes 1 KiB per superchunk, rows n0+8.. 512 B on; scales SB bytes per
 // slot), so the codes, scales and activations are read through pointers that step once per U
@@ -354,10 +363,7 @@ __device__ __forceinline__ void warp_core_tiled(const WDesc& d0, const WDesc& d1
         for (int u = 0; u < U; u++) {
             if (c0 + u >= nsc) break;
             u32 xv[4 * V];
-#pragma unroll
-            for (int q = 0; q < V; q++) {
-                xv[4 * q] = xq[u][q].x; xv[4 * q + 1] = xq[u][q].y; xv[4 * q + 2] = xq[u][q].z; xv[4 * q + 3] = xq[u][q].w;
-            }
+            unpack_x<V>(xq[u], xv);
             mma_scaled<FMT, V, 1>(ra[u], rb[u], lo_scale(sa[u][0]), hi_scale(sa[u][0]), lo_scale(sa[u][1]),
                                   hi_scale(sa[u][1]), &xv, &acc0);
             if (DUAL)
@@ -411,10 +417,7 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
         for (int u = 0; u < U; u++) {
             if (c0 + u >= nsc) break;
             u32 xv[4 * V];
-#pragma unroll
-            for (int q = 0; q < V; q++) {
-                xv[4 * q] = xq[u][q].x; xv[4 * q + 1] = xq[u][q].y; xv[4 * q + 2] = xq[u][q].z; xv[4 * q + 3] = xq[u][q].w;
-            }
+            unpack_x<V>(xq[u], xv);
             mma_raw<FMT, V, 1>(ra[u], rb[u], &xv, &acc0);
             if (DUAL) mma_raw<FMT, V, 1>(rc[u], rd[u], &xv, &acc1);
         }
