@@ -21,8 +21,10 @@
 //!
 //! - **Scales.** The decode multiplies the codes (value · 2^-126) by scale · 2^100 as a bf16 pair.
 //!   NVFP4's E4M3 scales are re-coded so that is `(b << 4) + 0x6C80` of the byte b (exponent field
-//!   − 217 in bits 7..3, mantissa in 2..0; E4M3 subnormals normalized): 2 operations instead of
-//!   a 14-operation E4M3 conversion. A zero scale zeroes its block's codes and takes code 1.
+//!   − 217 in bits 7..3, mantissa in 2..0; E4M3 subnormals normalized): the kernels form the
+//!   pair as `b · 0x0010_0010 + 0x6C80_6C80`, one multiply-add on the FMA pipe (`tiled_scale2`),
+//!   instead of a 14-operation E4M3 conversion. A zero scale zeroes its block's codes and takes
+//!   code 1.
 //!   MXFP4 keeps its E8M0 bytes: 2^(b−127) · 2^100 is the bf16 `(b + 100) << 7`, for b in
 //!   28..=154 (where the products stay normal).
 //!
