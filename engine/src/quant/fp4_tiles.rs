@@ -273,6 +273,35 @@ mod tests {
         }
     }
 
+    /// The kernels form a scale's bf16 pair by one multiply-add of the byte (`tiled_scale2`):
+    /// both halves are [`scale_bf16`] of it, for every byte (no carry crosses the halves), and
+    /// the kernel source holds the same constants.
+    #[test]
+    fn the_kernels_multiply_add_gives_the_scale_pair() {
+        let src = amdahl_kernels::LINEAR.full_source();
+        for (fmt, mul, add, text) in [
+            (
+                Fp4::Nvfp4,
+                0x0010_0010u32,
+                0x6C80_6C80u32,
+                "b * 0x00100010u + 0x6C806C80u",
+            ),
+            (
+                Fp4::Mxfp4,
+                0x0080_0080,
+                0x3200_3200,
+                "b * 0x00800080u + 0x32003200u",
+            ),
+        ] {
+            assert!(src.contains(text), "linear_formats.cuh lost `{text}`");
+            for b in 0..=255u32 {
+                let pair = b * mul + add;
+                let want = u32::from(scale_bf16(fmt, b as u8));
+                assert_eq!(pair, want | (want << 16), "{fmt:?} byte {b:#x}");
+            }
+        }
+    }
+
     #[test]
     fn out_of_range_scales_and_shapes_are_refused() {
         let packed = vec![0u8; 16 * 128 / 2];
