@@ -313,9 +313,9 @@ __device__ __forceinline__ void unpack_x(const uint4 (&xq)[V], u32 (&xv)[4 * V])
 // from the tile's first (codes 1 KiB per superchunk, rows n0+8.. 512 B on; scales SB bytes per
 // slot), so the codes, scales and activations are read through pointers that step once per U
 // superchunks with the offsets inside in the loads' immediates (no 64-bit address arithmetic
-// per load), and each scale byte becomes its bf16 pair by one IMAD (`tiled_scale2`) after a mask
-// or shift: the integer pipe, which paces these kernels on the H200, is left little but the
-// codes' decode (ncu, docs/PERF.md ninth session).
+// per load; each scale byte becomes its bf16 pair by one IMAD, `tiled_scale2`): the integer
+// pipe, which paces these kernels on the H200, is left little but the codes' decode (ncu,
+// docs/PERF.md ninth session).
 template <int FMT, int DUAL, int U>
 __device__ __forceinline__ void warp_core_tiled(const WDesc& d0, const WDesc& d1, int e, int n0,
                                                 int K, const u16* xr, float (&acc0)[4],
@@ -332,27 +332,17 @@ __device__ __forceinline__ void warp_core_tiled(const WDesc& d0, const WDesc& d1
     const u8* p1 = DUAL ? d1.s + e * d1.s_stride + first * SB : p0;
     const bool has_x = xr != nullptr;
     const u16* xp = has_x ? xr + t * 8 * V : nullptr;
-    // A slot's scale bytes in one load (NVFP4: 2, MXFP4: 1) and the bf16 pairs of its first and
-    // second 16 columns' scales (MXFP4: one scale for both).
-    auto load_scales = [](const u8* p) -> u32 { return SB == 2 ? *reinterpret_cast<const u16*>(p) : *p; };
-    auto lo_scale = [](u32 b) { return tiled_scale2<FMT>(SB == 2 ? b & 0xFFu : b); };
-    auto hi_scale = [](u32 b) { return tiled_scale2<FMT>(SB == 2 ? b >> 8 : b); };
     for (int c0 = 0; c0 < nsc; c0 += U) {
         RawW ra[U], rb[U], rc[U], rd[U];
-        u32 sa[U][2], sc[U][2];  // [u][row g / g+8]: the slot's scale bytes
         uint4 xq[U][V];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (c0 + u < nsc) {
-                ra[u].q = *reinterpret_cast<const uint4*>(q0 + u * 1024);
-                rb[u].q = *reinterpret_cast<const uint4*>(q0 + u * 1024 + 512);
-#pragma unroll
-                for (int r = 0; r < 2; r++) sa[u][r] = load_scales(p0 + (u * 64 + r * 32) * SB);
+                ra[u] = load_tiled<FMT>(q0 + u * 1024, p0 + u * 64 * SB);
+                rb[u] = load_tiled<FMT>(q0 + u * 1024 + 512, p0 + (u * 64 + 32) * SB);
                 if (DUAL) {
-                    rc[u].q = *reinterpret_cast<const uint4*>(q1 + u * 1024);
-                    rd[u].q = *reinterpret_cast<const uint4*>(q1 + u * 1024 + 512);
-#pragma unroll
-                    for (int r = 0; r < 2; r++) sc[u][r] = load_scales(p1 + (u * 64 + r * 32) * SB);
+                    rc[u] = load_tiled<FMT>(q1 + u * 1024, p1 + u * 64 * SB);
+                    rd[u] = load_tiled<FMT>(q1 + u * 1024 + 512, p1 + (u * 64 + 32) * SB);
                 }
 #pragma unroll
                 for (int q = 0; q < V; q++)
@@ -364,11 +354,8 @@ __device__ __forceinline__ void warp_core_tiled(const WDesc& d0, const WDesc& d1
             if (c0 + u >= nsc) break;
             u32 xv[4 * V];
             unpack_x<V>(xq[u], xv);
-            mma_scaled<FMT, V, 1>(ra[u], rb[u], lo_scale(sa[u][0]), hi_scale(sa[u][0]), lo_scale(sa[u][1]),
-                                  hi_scale(sa[u][1]), &xv, &acc0);
-            if (DUAL)
-                mma_scaled<FMT, V, 1>(rc[u], rd[u], lo_scale(sc[u][0]), hi_scale(sc[u][0]), lo_scale(sc[u][1]),
-                                      hi_scale(sc[u][1]), &xv, &acc1);
+            mma_raw<FMT, V, 1>(ra[u], rb[u], &xv, &acc0);
+            if (DUAL) mma_raw<FMT, V, 1>(rc[u], rd[u], &xv, &acc1);
         }
         q0 += U * 1024;
         p0 += U * 64 * SB;

@@ -14,11 +14,13 @@ __device__ __forceinline__ float swiglu(float gate, float up, float limit) {
 }
 
 // One superchunk of a 16-row tile on the tensor cores: the raw weights of rows g (A) and g + 8
-// (B), with their scales already in the decode's form (`raw_scales`), decoded word by word into
-// MMA operands against NT token groups' activations xv.
+// (B) decoded word by word into MMA operands against NT token groups' activations xv.
 template <int FMT, int V, int NT>
-__device__ __forceinline__ void mma_scaled(const RawW& A, const RawW& B, u32 sa0, u32 sa1, u32 sb0,
-                                           u32 sb1, const u32 (*xv)[4 * V], float (*acc)[4]) {
+__device__ __forceinline__ void mma_raw(const RawW& A, const RawW& B, const u32 (*xv)[4 * V],
+                                        float (*acc)[4]) {
+    u32 sa0, sa1, sb0, sb1;
+    raw_scales<FMT>(A, &sa0, &sa1);
+    raw_scales<FMT>(B, &sb0, &sb1);
     u32 pa_prev = 0, pb_prev = 0;
 #pragma unroll
     for (int w = 0; w < 4; w++) {
@@ -42,14 +44,4 @@ __device__ __forceinline__ void mma_scaled(const RawW& A, const RawW& B, u32 sa0
             pb_prev = pb[0];
         }
     }
-}
-
-// `mma_scaled` with the scales decoded from the raw loads.
-template <int FMT, int V, int NT>
-__device__ __forceinline__ void mma_raw(const RawW& A, const RawW& B, const u32 (*xv)[4 * V],
-                                        float (*acc)[4]) {
-    u32 sa0, sa1, sb0, sb1;
-    raw_scales<FMT>(A, &sa0, &sa1);
-    raw_scales<FMT>(B, &sb0, &sb1);
-    mma_scaled<FMT, V, NT>(A, B, sa0, sa1, sb0, sb1, xv, acc);
 }
