@@ -52,3 +52,31 @@ extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __res
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }
+
+// L2 prefetch of up to four byte ranges (amdahl-kernels util::PREFETCH_*), launched on its own
+// stream ahead of the kernels that read them: thread i issues piece i of every range (a bulk
+// prefetch of PREFETCH_PIECE bytes, nothing kept in registers), so the whole list is requested
+// at once and the block exits. Ranges need not be 16-byte multiples: their last partial 16 bytes
+// are left out (a hint, not a copy). sm_90+ (cp.async.bulk); elsewhere it does nothing.
+#define PREFETCH_PIECE 4096
+#define PREFETCH_THREADS 256
+extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_ranges(const char* p0, i64 n0, const char* p1, i64 n1,
+                                                                     const char* p2, i64 n2, const char* p3, i64 n3) {
+    pdl_enter();
+#if __CUDA_ARCH__ >= 900
+    const char* p[4] = {p0, p1, p2, p3};
+    const i64 n[4] = {n0, n1, n2, n3};
+    i64 piece = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const i64 pieces = (n[r] + PREFETCH_PIECE - 1) / PREFETCH_PIECE;
+        if (piece < pieces) {
+            const i64 o = piece * PREFETCH_PIECE;
+            const u32 len = (u32)min((i64)PREFETCH_PIECE, n[r] - o) & ~15u;
+            if (len > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p[r] + o), "r"(len) : "memory");
+            return;
+        }
+        piece -= pieces;
+    }
+#endif
+}

@@ -397,7 +397,12 @@ pub mod util {
     pub const FILL_VALUES: Entry = e("util", "fill_values");
     pub const FILL_INTS: Entry = e("util", "fill_ints");
     pub const COPY_U128: Entry = e("util", "copy_u128");
-    pub const ALL: [Entry; 4] = [FILL_BYTES, FILL_VALUES, FILL_INTS, COPY_U128];
+    pub const PREFETCH_L2: Entry = e("util", "prefetch_l2_ranges");
+    pub const ALL: [Entry; 5] = [FILL_BYTES, FILL_VALUES, FILL_INTS, COPY_U128, PREFETCH_L2];
+    /// Bytes per bulk prefetch of `prefetch_l2_ranges` (util.cu PREFETCH_PIECE).
+    pub const PREFETCH_PIECE: usize = 4096;
+    /// Threads per block of `prefetch_l2_ranges` (util.cu PREFETCH_THREADS; one piece each).
+    pub const PREFETCH_THREADS: usize = 256;
 }
 
 /// Every hand-written (not macro-generated) entry point.
@@ -596,6 +601,12 @@ mod tests {
             (MOE.source, "#define ROUTE_MAXK", moe::MAX_TOP_K),
             (SAMPLE.source, "#define MAX_BANNED", sample::MAX_BANNED),
             (SAMPLE.source, "#define SAMPLE_THREADS", sample::THREADS),
+            (UTIL.source, "#define PREFETCH_PIECE", util::PREFETCH_PIECE),
+            (
+                UTIL.source,
+                "#define PREFETCH_THREADS",
+                util::PREFETCH_THREADS,
+            ),
         ];
         for (src, key, v) in checks {
             let line = src

@@ -159,7 +159,7 @@ if [[ " $what " == *" ab "* ]]; then
     env ${kv//,/ } timeout 300 .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch 1,16,64 --ctx 8192 \
       --expert-format nvfp4 --steps 20 --json "$OUT/profile_$tag.json" >"$OUT/profile_$tag.txt" 2>&1
     echo "profile ($kv) rc=$?" >>"$OUT/profile_$tag.txt"
-    grep -E '^batch|rc=' "$OUT/profile_$tag.txt"
+    grep -E '^batch|^(mhc|attn_proj|indexer|attention|moe) |rc=' "$OUT/profile_$tag.txt" | cut -c1-120
   done
 fi
 if [[ " $what " == *" launches "* ]] && command -v ncu >/dev/null; then

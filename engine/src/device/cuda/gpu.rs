@@ -9,6 +9,10 @@
 //! next to the router) run concurrently, in eager runs and as parallel branches of a captured
 //! graph alike. The side stream has its own split-K workspace, so concurrent split linears never
 //! share partial tiles or counters.
+//!
+//! A third stream, the prefetch stream ([`Gpu::prefetch_l2`]), takes L2 prefetches of weights
+//! that a later kernel of the step reads: issued while the main stream runs small,
+//! latency-bound kernels, their DRAM traffic fills time in which DRAM would sit idle.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -214,6 +218,12 @@ pub struct Gpu {
     /// Fork (main → side) and join (side → main) events, reused by every fork.
     fork_ev: Event,
     join_ev: Event,
+    /// The stream [`Gpu::prefetch_l2`] launches go to, its fork and join events, and whether
+    /// its work is still unjoined.
+    ahead: Arc<CudaStream>,
+    ahead_fork: Event,
+    ahead_join: Event,
+    ahead_unjoined: AtomicBool,
     _modules: Vec<Arc<CudaModule>>,
     funcs: HashMap<String, sys::CUfunction>,
     /// Split-K workspaces of the dense linear, main and side stream: partial tiles, then one
@@ -230,6 +240,8 @@ pub const SPLIT_PARTIAL_BYTES: usize = amdahl_kernels::linear::SPLIT_PARTS * 4;
 pub const SPLIT_WS_BYTES: usize = 16 << 20;
 const _: () = assert!(SPLIT_WS_BYTES >= SPLIT_PARTIAL_BYTES);
 pub const SPLIT_COUNTERS: usize = amdahl_kernels::linear::SPLIT_TILES;
+/// Weight ranges one [`Gpu::prefetch_l2`] launch takes (the kernel's parameters).
+pub const PREFETCH_RANGES: usize = 4;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,6 +288,10 @@ impl Gpu {
                 .map_err(|e| dev_err("creating a fork event", e))
         };
         let (fork_ev, join_ev) = (sync_event()?, sync_event()?);
+        let ahead = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating the prefetch stream", e))?;
+        let (ahead_fork, ahead_join) = (sync_event()?, sync_event()?);
         let cc = ctx
             .compute_capability()
             .map_err(|e| dev_err("compute capability", e))?;
@@ -348,6 +364,10 @@ impl Gpu {
             programmatic: AtomicBool::new(true),
             fork_ev,
             join_ev,
+            ahead,
+            ahead_fork,
+            ahead_join,
+            ahead_unjoined: AtomicBool::new(false),
             pdl,
             _modules: modules,
             funcs,
@@ -439,6 +459,72 @@ impl Gpu {
         unsafe { sys::cuStreamWaitEvent(self.stream.cu_stream(), self.join_ev.ev, 0) }
             .result()
             .map_err(|e| dev_err("joining the side stream", e))
+    }
+
+    /// Prefetches `ranges` (device pointer, bytes) into L2 on the prefetch stream, after the
+    /// main stream's work so far; the main stream goes on at once. Nothing waits for the
+    /// prefetches: a later kernel that reads those bytes finds them in L2 if they arrived and
+    /// stayed, else reads DRAM as before. At most [`PREFETCH_RANGES`] ranges; empty ranges are
+    /// skipped; sm_90+ only (bulk prefetches), elsewhere nothing is issued.
+    pub fn prefetch_l2(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        if self.on_side.load(Ordering::Relaxed) {
+            return Err(EngineError::Device(
+                "an L2 prefetch from inside a fork (issue it from the main stream)".into(),
+            ));
+        }
+        if ranges.len() > PREFETCH_RANGES {
+            return Err(EngineError::Device(format!(
+                "{} prefetch ranges in one launch; at most {PREFETCH_RANGES}",
+                ranges.len()
+            )));
+        }
+        let pieces: usize = ranges
+            .iter()
+            .map(|r| r.1.div_ceil(amdahl_kernels::util::PREFETCH_PIECE))
+            .sum();
+        if pieces == 0 || self.info.compute_capability.0 < 9 {
+            return Ok(());
+        }
+        let mut args = Args::new();
+        for i in 0..PREFETCH_RANGES {
+            let (p, n) = ranges.get(i).copied().unwrap_or((0, 0));
+            args.ptr(p).i64(n as i64);
+        }
+        let threads = amdahl_kernels::util::PREFETCH_THREADS;
+        let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
+        // SAFETY: live events and streams of this context.
+        unsafe {
+            sys::cuEventRecord(self.ahead_fork.ev, self.stream.cu_stream())
+                .result()
+                .map_err(|e| dev_err("recording the prefetch fork event", e))?;
+            sys::cuStreamWaitEvent(self.ahead.cu_stream(), self.ahead_fork.ev, 0)
+                .result()
+                .map_err(|e| dev_err("prefetch stream waiting on the fork", e))?;
+        }
+        self.launch_to(
+            self.ahead.cu_stream(),
+            amdahl_kernels::util::PREFETCH_L2.name,
+            l,
+            &mut args,
+        )?;
+        // SAFETY: as above.
+        unsafe { sys::cuEventRecord(self.ahead_join.ev, self.ahead.cu_stream()) }
+            .result()
+            .map_err(|e| dev_err("recording the prefetch join event", e))?;
+        self.ahead_unjoined.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes the main stream wait for the prefetch stream's launches so far (before a capture
+    /// ends or the step's buffers are read back).
+    pub fn join_prefetch(&self) -> Result<()> {
+        if !self.ahead_unjoined.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        // SAFETY: live event and stream of this context.
+        unsafe { sys::cuStreamWaitEvent(self.stream.cu_stream(), self.ahead_join.ev, 0) }
+            .result()
+            .map_err(|e| dev_err("joining the prefetch stream", e))
     }
 
     /// An error when a fork's side work is still unjoined (before stage marks, capture ends
@@ -575,6 +661,7 @@ impl Gpu {
 
     pub fn sync(&self) -> Result<()> {
         self.check_joined("a stream synchronize")?;
+        self.join_prefetch()?;
         self.stream
             .synchronize()
             .map_err(|e| dev_err("stream synchronize (a kernel may have faulted)", e))
@@ -594,6 +681,17 @@ impl Gpu {
 
     /// Launches an entry point by name (macro-generated linear kernels).
     pub fn launch_named(&self, name: &str, l: Launch, args: &mut Args) -> Result<()> {
+        self.launch_to(self.cu_stream(), name, l, args)
+    }
+
+    /// Launches an entry point on `stream` (one of this context's).
+    fn launch_to(
+        &self,
+        stream: sys::CUstream,
+        name: &str,
+        l: Launch,
+        args: &mut Args,
+    ) -> Result<()> {
         if l.blocks() == 0 {
             return Ok(());
         }
@@ -613,14 +711,7 @@ impl Gpu {
             // SAFETY: `ptrs` point into `args.data`, alive for the call; argument layout follows
             // the kernel's signature (checked by the GPU tests against the CPU reference).
             return unsafe {
-                drv::launch_kernel(
-                    f,
-                    l.grid,
-                    (l.block, 1, 1),
-                    l.smem,
-                    self.cu_stream(),
-                    &mut ptrs,
-                )
+                drv::launch_kernel(f, l.grid, (l.block, 1, 1), l.smem, stream, &mut ptrs)
             }
             .map_err(|e| dev_err(&format!("launching {name} {l:?}"), e));
         }
@@ -639,7 +730,7 @@ impl Gpu {
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: l.smem,
-            hStream: self.cu_stream(),
+            hStream: stream,
             attrs: &mut attr,
             numAttrs: 1,
         };
@@ -681,6 +772,7 @@ impl Gpu {
     /// Ends the capture and instantiates the graph.
     pub fn end_capture(&self) -> Result<cudarc::driver::CudaGraph> {
         self.check_joined("the end of a stream capture")?;
+        self.join_prefetch()?;
         self.stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .map_err(|e| dev_err("end stream capture", e))?

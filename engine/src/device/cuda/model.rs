@@ -90,6 +90,13 @@ pub struct GpuModel {
     /// Steps of at most this many tokens launch as programmatic dependents in a `pdl` build
     /// (`AMDAHL_PDL_MAX_TOKENS`, default 16; at 64 tokens they were slower, docs/PERF.md).
     pub pdl_max_tokens: usize,
+    /// Steps of at most this many tokens prefetch the large attention and shared-expert weights
+    /// into L2 ahead of their kernels, on the prefetch stream (`AMDAHL_L2_AHEAD`, default 0:
+    /// off; model/layer.rs says where).
+    pub l2_ahead_max_tokens: usize,
+    /// Leading bytes of wo_b prefetched with wo_a (`AMDAHL_L2_AHEAD_WOB_MB`, default 0): the two
+    /// run back to back, and both (64 MB at V4-Flash widths) exceed the L2.
+    pub l2_ahead_wob: usize,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -165,6 +172,15 @@ impl GpuModel {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(16),
+            l2_ahead_max_tokens: std::env::var("AMDAHL_L2_AHEAD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            l2_ahead_wob: std::env::var("AMDAHL_L2_AHEAD_WOB_MB")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0)
+                << 20,
             attn_repeat: std::env::var("AMDAHL_SLOW_ATTENTION")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -368,6 +384,8 @@ impl GpuModel {
         for l in 0..c.num_layers {
             self.layer(l, shape, meta, capturing, tm)?;
         }
+        // The layers' L2 prefetches (if any) end inside the step.
+        g.join_prefetch()?;
         // Head: collapse the selected rows, norm, lm head, then sampling.
         if shape.r > 0 {
             tm.mark(g, Stage::Head, capturing)?;

@@ -8,10 +8,11 @@ use crate::error::Result;
 use crate::profile::Stage;
 
 use super::super::gpu::Gpu;
+use super::super::gpu::PREFETCH_RANGES;
 use super::super::launch::{self as k, AttnArgs, CompArgs, Rope, RouteArgs, SeqMeta};
 use super::super::state::StepBufs;
 use super::super::timer::StageTimer;
-use super::super::weights::{GCompressor, GMoe};
+use super::super::weights::{GCompressor, GLinear, GMoe};
 use super::{GpuModel, Shape};
 use amdahl_kernels::mhc as km;
 
@@ -34,6 +35,15 @@ impl GpuModel {
         let (h, hd) = (c.num_heads, c.head_dim);
         let eps = c.rms_norm_eps;
         let rope = self.rope(a.kind);
+        // L2 prefetches ahead (small steps, `AMDAHL_L2_AHEAD`): each large weight is requested
+        // on the prefetch stream while the kernels before it — latency chains at small batch,
+        // DRAM nearly idle — run: the q path's projections from the end of the previous layer's
+        // MoE (here for layer 0), wo_a from wq_b on (across the indexer and the attention), the
+        // shared expert from wo_b on (across the post-mix, pre-mix, router and plan).
+        let ahead = t <= self.l2_ahead_max_tokens;
+        if ahead && l == 0 {
+            self.prefetch(&[&a.wq_a, &a.wkv, &a.wq_b])?;
+        }
 
         tm.mark(g, Stage::Mhc, cap)?;
         tm.count(k::hc_pre(
@@ -132,6 +142,15 @@ impl GpuModel {
             t,
             false,
         )?);
+        if ahead {
+            let mut ranges: Vec<(u64, usize)> =
+                a.wo_a.iter().map(|w| (w.w.ptr(), w.w.bytes())).collect();
+            let wob = self.l2_ahead_wob.min(a.wo_b.w.bytes());
+            if wob > 0 {
+                ranges.push((a.wo_b.w.ptr(), wob));
+            }
+            self.prefetch_ranges(&ranges)?;
+        }
         tm.count(k::q_prep(g, bf.q.ptr(), h, hd, eps, meta.row_pos, rope, t)?);
         g.join()?;
 
@@ -293,6 +312,9 @@ impl GpuModel {
             t,
             false,
         )?);
+        if ahead && let Some(sh) = &lw.moe.shared {
+            self.prefetch(&sh.iter().collect::<Vec<_>>())?;
+        }
 
         g.join()?;
 
@@ -331,6 +353,10 @@ impl GpuModel {
 
         tm.mark(g, Stage::Moe, cap)?;
         self.moe(l, shape, cap, tm)?;
+        if ahead && l + 1 < c.num_layers {
+            let na = &self.w.layers[l + 1].attn;
+            self.prefetch(&[&na.wq_a, &na.wkv, &na.wq_b])?;
+        }
 
         tm.mark(g, Stage::Mhc, cap)?;
         // The next layer's attention site mixes from the partials this post-mix leaves.
@@ -346,6 +372,19 @@ impl GpuModel {
             t,
             next,
         )?);
+        Ok(())
+    }
+
+    /// L2 prefetches of the weights `ws` (their codes) on the prefetch stream, in order.
+    fn prefetch(&self, ws: &[&GLinear]) -> Result<()> {
+        let ranges: Vec<(u64, usize)> = ws.iter().map(|w| (w.w.ptr(), w.w.bytes())).collect();
+        self.prefetch_ranges(&ranges)
+    }
+
+    fn prefetch_ranges(&self, ranges: &[(u64, usize)]) -> Result<()> {
+        for part in ranges.chunks(PREFETCH_RANGES) {
+            self.gpu.prefetch_l2(part)?;
+        }
         Ok(())
     }
 

@@ -624,6 +624,41 @@ fn programmatic_launches_equal_plain_launches() {
     }
 }
 
+/// L2 prefetches ahead of the large weights (`AMDAHL_L2_AHEAD`, here at every step: prefill
+/// chunk and decode) leave the logits bitwise as they were, eagerly and in a captured graph
+/// (the prefetch stream joins before the capture ends); prefetches are refused from inside a
+/// fork and beyond four ranges per launch.
+#[test]
+fn l2_prefetches_leave_the_logits_unchanged() {
+    let Some(gp) = gpu() else { return };
+    let spec = specs().remove(1).1;
+    let d = write_spec(&spec, 47);
+    let cpu = DeepseekV4::load(d.path()).unwrap();
+    let mut ahead = GpuModel::from_cpu(gp, &cpu, lim(128)).unwrap();
+    ahead.l2_ahead_max_tokens = usize::MAX;
+    let mut plain = GpuModel::from_cpu(super::gpu().unwrap(), &cpu, lim(128)).unwrap();
+    plain.l2_ahead_max_tokens = 0;
+    same_logits_two_ways(&ahead, &plain, spec.vocab, "L2-prefetching");
+
+    let g = &ahead.gpu;
+    let buf = g.zeros(1 << 16).unwrap();
+    g.prefetch_l2(&[(buf.ptr(), buf.bytes()), (buf.ptr(), 100)])
+        .unwrap();
+    assert!(
+        g.prefetch_l2(&[(buf.ptr(), 16); 5]).is_err(),
+        "five ranges in one launch"
+    );
+    let inside = std::cell::Cell::new(None);
+    g.fork(|| {
+        inside.set(Some(g.prefetch_l2(&[(buf.ptr(), 16)]).is_err()));
+        Ok(())
+    })
+    .unwrap();
+    g.join().unwrap();
+    assert_eq!(inside.get(), Some(true), "a prefetch from inside a fork");
+    g.sync().unwrap();
+}
+
 /// A fork's side work must be joined before the stream is synchronized, an event is recorded or
 /// forks are switched; forks do not nest; a failing side closure leaves the streams joined.
 #[test]
