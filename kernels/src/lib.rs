@@ -398,7 +398,15 @@ pub mod util {
     pub const FILL_INTS: Entry = e("util", "fill_ints");
     pub const COPY_U128: Entry = e("util", "copy_u128");
     pub const PREFETCH_L2: Entry = e("util", "prefetch_l2_ranges");
-    pub const ALL: [Entry; 5] = [FILL_BYTES, FILL_VALUES, FILL_INTS, COPY_U128, PREFETCH_L2];
+    pub const PREFETCH_L2_EXPERTS: Entry = e("util", "prefetch_l2_experts");
+    pub const ALL: [Entry; 6] = [
+        FILL_BYTES,
+        FILL_VALUES,
+        FILL_INTS,
+        COPY_U128,
+        PREFETCH_L2,
+        PREFETCH_L2_EXPERTS,
+    ];
     /// Bytes per bulk prefetch of `prefetch_l2_ranges` (util.cu PREFETCH_PIECE).
     pub const PREFETCH_PIECE: usize = 4096;
     /// Threads per block of `prefetch_l2_ranges` (util.cu PREFETCH_THREADS; one piece each).

@@ -492,6 +492,48 @@ impl Gpu {
         }
         let threads = amdahl_kernels::util::PREFETCH_THREADS;
         let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
+        self.launch_ahead(amdahl_kernels::util::PREFETCH_L2.name, l, &mut args)
+    }
+
+    /// L2 prefetches of the active experts' share of a stacked expert weight (codes and
+    /// scales: expert e's `w_stride` and `s_stride` bytes), the first `slots` experts of the
+    /// active list `act_list` (device: count, then ids, as the MoE plan writes it), on the
+    /// prefetch stream after the main stream's work so far (the plan included). As
+    /// [`Gpu::prefetch_l2`]: a hint nothing waits for; sm_90+.
+    pub fn prefetch_l2_experts(
+        &self,
+        act_list: u64,
+        slots: usize,
+        (w, w_stride): (u64, usize),
+        (s, s_stride): (u64, usize),
+    ) -> Result<()> {
+        if self.on_side.load(Ordering::Relaxed) {
+            return Err(EngineError::Device(
+                "an L2 prefetch from inside a fork (issue it from the main stream)".into(),
+            ));
+        }
+        let piece = amdahl_kernels::util::PREFETCH_PIECE;
+        let pieces =
+            slots * (w_stride.div_ceil(piece) + if s == 0 { 0 } else { s_stride.div_ceil(piece) });
+        if pieces == 0 || self.info.compute_capability.0 < 9 {
+            return Ok(());
+        }
+        let threads = amdahl_kernels::util::PREFETCH_THREADS;
+        let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
+        let mut args = Args::new();
+        args.ptr(act_list)
+            .usize(slots)
+            .ptr(w)
+            .i64(w_stride as i64)
+            .i64(w_stride as i64)
+            .ptr(s)
+            .i64(s_stride as i64)
+            .i64(s_stride as i64);
+        self.launch_ahead(amdahl_kernels::util::PREFETCH_L2_EXPERTS.name, l, &mut args)
+    }
+
+    /// Launches `name` on the prefetch stream after the main stream's work so far.
+    fn launch_ahead(&self, name: &str, l: Launch, args: &mut Args) -> Result<()> {
         // SAFETY: live events and streams of this context.
         unsafe {
             sys::cuEventRecord(self.ahead_fork.ev, self.stream.cu_stream())
@@ -501,12 +543,7 @@ impl Gpu {
                 .result()
                 .map_err(|e| dev_err("prefetch stream waiting on the fork", e))?;
         }
-        self.launch_to(
-            self.ahead.cu_stream(),
-            amdahl_kernels::util::PREFETCH_L2.name,
-            l,
-            &mut args,
-        )?;
+        self.launch_to(self.ahead.cu_stream(), name, l, args)?;
         // SAFETY: as above.
         unsafe { sys::cuEventRecord(self.ahead_join.ev, self.ahead.cu_stream()) }
             .result()
