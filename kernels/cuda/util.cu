@@ -83,20 +83,20 @@ extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_range
 
 // L2 prefetch of the active experts' share of one stacked weight: the MoE plan's active list
 // (`act_list`: count, then expert ids) gives the experts; expert e's codes are
-// [w + e·w_stride, + w_bytes) and its scales [s + e·s_stride, + s_bytes) (s nullable). Thread i
-// issues piece i of the (slot, codes then scales) sequence, for the first `slots` active experts.
+// [w + e·w_bytes, + w_bytes) and its scales [s + e·s_bytes, + s_bytes) (s_bytes 0: none). Thread
+// i issues piece i of the (slot, codes then scales) sequence, for the first `slots` active
+// experts.
 extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_experts(
-    const int* __restrict__ act_list, int slots, const char* w, i64 w_stride, i64 w_bytes, const char* s,
-    i64 s_stride, i64 s_bytes) {
+    const int* __restrict__ act_list, int slots, const char* w, i64 w_bytes, const char* s, i64 s_bytes) {
     pdl_enter();
 #if __CUDA_ARCH__ >= 900
     const i64 wp = (w_bytes + PREFETCH_PIECE - 1) / PREFETCH_PIECE;
-    const i64 sp = s ? (s_bytes + PREFETCH_PIECE - 1) / PREFETCH_PIECE : 0;
+    const i64 sp = (s_bytes + PREFETCH_PIECE - 1) / PREFETCH_PIECE;
     const i64 piece = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const i64 slot = piece / (wp + sp), q = piece % (wp + sp);
     if (slot >= min(act_list[0], slots)) return;
     const int e = act_list[1 + slot];
-    const char* base = q < wp ? w + e * w_stride : s + e * s_stride;
+    const char* base = q < wp ? w + e * w_bytes : s + e * s_bytes;
     const i64 o = (q < wp ? q : q - wp) * PREFETCH_PIECE, n = q < wp ? w_bytes : s_bytes;
     const u32 len = (u32)min((i64)PREFETCH_PIECE, n - o) & ~15u;
     if (len > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + o), "r"(len) : "memory");

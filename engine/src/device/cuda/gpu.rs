@@ -467,11 +467,6 @@ impl Gpu {
     /// stayed, else reads DRAM as before. At most [`PREFETCH_RANGES`] ranges; empty ranges are
     /// skipped; sm_90+ only (bulk prefetches), elsewhere nothing is issued.
     pub fn prefetch_l2(&self, ranges: &[(u64, usize)]) -> Result<()> {
-        if self.on_side.load(Ordering::Relaxed) {
-            return Err(EngineError::Device(
-                "an L2 prefetch from inside a fork (issue it from the main stream)".into(),
-            ));
-        }
         if ranges.len() > PREFETCH_RANGES {
             return Err(EngineError::Device(format!(
                 "{} prefetch ranges in one launch; at most {PREFETCH_RANGES}",
@@ -482,58 +477,57 @@ impl Gpu {
             .iter()
             .map(|r| r.1.div_ceil(amdahl_kernels::util::PREFETCH_PIECE))
             .sum();
-        if pieces == 0 || self.info.compute_capability.0 < 9 {
-            return Ok(());
-        }
         let mut args = Args::new();
         for i in 0..PREFETCH_RANGES {
             let (p, n) = ranges.get(i).copied().unwrap_or((0, 0));
             args.ptr(p).i64(n as i64);
         }
-        let threads = amdahl_kernels::util::PREFETCH_THREADS;
-        let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
-        self.launch_ahead(amdahl_kernels::util::PREFETCH_L2.name, l, &mut args)
+        self.launch_ahead(amdahl_kernels::util::PREFETCH_L2.name, pieces, &mut args)
     }
 
-    /// L2 prefetches of the active experts' share of a stacked expert weight (codes and
-    /// scales: expert e's `w_stride` and `s_stride` bytes), the first `slots` experts of the
-    /// active list `act_list` (device: count, then ids, as the MoE plan writes it), on the
-    /// prefetch stream after the main stream's work so far (the plan included). As
-    /// [`Gpu::prefetch_l2`]: a hint nothing waits for; sm_90+.
+    /// L2 prefetches of the active experts' share of a stacked expert weight: expert e's codes
+    /// `[w + e·w_bytes, + w_bytes)` and scales `[s + e·s_bytes, + s_bytes)` (`s` may be 0), for
+    /// the first `slots` experts of the active list `act_list` (device: count, then ids, as the
+    /// MoE plan writes it), on the prefetch stream after the main stream's work so far (the
+    /// plan included). As [`Gpu::prefetch_l2`]: a hint nothing waits for; sm_90+.
     pub fn prefetch_l2_experts(
         &self,
         act_list: u64,
         slots: usize,
-        (w, w_stride): (u64, usize),
-        (s, s_stride): (u64, usize),
+        (w, w_bytes): (u64, usize),
+        (s, s_bytes): (u64, usize),
     ) -> Result<()> {
+        let piece = amdahl_kernels::util::PREFETCH_PIECE;
+        let s_bytes = if s == 0 { 0 } else { s_bytes };
+        let pieces = slots * (w_bytes.div_ceil(piece) + s_bytes.div_ceil(piece));
+        let mut args = Args::new();
+        args.ptr(act_list)
+            .usize(slots)
+            .ptr(w)
+            .i64(w_bytes as i64)
+            .ptr(s)
+            .i64(s_bytes as i64);
+        self.launch_ahead(
+            amdahl_kernels::util::PREFETCH_L2_EXPERTS.name,
+            pieces,
+            &mut args,
+        )
+    }
+
+    /// Launches `name` over `pieces` prefetch pieces (a thread each) on the prefetch stream
+    /// after the main stream's work so far: refused inside a fork; nothing to do for no pieces
+    /// or before sm_90.
+    fn launch_ahead(&self, name: &str, pieces: usize, args: &mut Args) -> Result<()> {
         if self.on_side.load(Ordering::Relaxed) {
             return Err(EngineError::Device(
                 "an L2 prefetch from inside a fork (issue it from the main stream)".into(),
             ));
         }
-        let piece = amdahl_kernels::util::PREFETCH_PIECE;
-        let pieces =
-            slots * (w_stride.div_ceil(piece) + if s == 0 { 0 } else { s_stride.div_ceil(piece) });
         if pieces == 0 || self.info.compute_capability.0 < 9 {
             return Ok(());
         }
         let threads = amdahl_kernels::util::PREFETCH_THREADS;
         let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
-        let mut args = Args::new();
-        args.ptr(act_list)
-            .usize(slots)
-            .ptr(w)
-            .i64(w_stride as i64)
-            .i64(w_stride as i64)
-            .ptr(s)
-            .i64(s_stride as i64)
-            .i64(s_stride as i64);
-        self.launch_ahead(amdahl_kernels::util::PREFETCH_L2_EXPERTS.name, l, &mut args)
-    }
-
-    /// Launches `name` on the prefetch stream after the main stream's work so far.
-    fn launch_ahead(&self, name: &str, l: Launch, args: &mut Args) -> Result<()> {
         // SAFETY: live events and streams of this context.
         unsafe {
             sys::cuEventRecord(self.ahead_fork.ev, self.stream.cu_stream())
