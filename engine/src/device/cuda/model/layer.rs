@@ -613,15 +613,22 @@ pub(crate) fn moe_forward(
     // The active experts' down projections, requested once the plan names them: they load
     // into L2 while the up projection runs (at one token a latency chain that leaves DRAM half
     // idle), when they fit it beside the up projection's stream.
-    let w2 = &m.w2;
-    let w2_bytes = plan.slots * (w2.w_stride + w2.s_stride);
-    if ahead && w2_bytes <= L2_AHEAD_EXPERT_BYTES {
+    // `AMDAHL_L2_AHEAD_UP=1` (a measurement): the up projections' weights too, first, whatever
+    // their size (the bulk prefetches as extra bytes in flight beside the up kernel's loads).
+    let prefetch = |w: &GLinear| {
         g.prefetch_l2_experts(
             plan.act_list,
             plan.slots,
-            (w2.w.ptr(), w2.w_stride),
-            (w2.s.as_ref().map_or(0, |b| b.ptr()), w2.s_stride),
-        )?;
+            (w.w.ptr(), w.w_stride),
+            (w.s.as_ref().map_or(0, |b| b.ptr()), w.s_stride),
+        )
+    };
+    if ahead && std::env::var("AMDAHL_L2_AHEAD_UP").as_deref() == Ok("1") {
+        prefetch(&m.w1)?;
+        prefetch(&m.w3)?;
+    }
+    if ahead && plan.slots * (m.w2.w_stride + m.w2.s_stride) <= L2_AHEAD_EXPERT_BYTES {
+        prefetch(&m.w2)?;
     }
     tm.count(k::moe_up(
         g,
