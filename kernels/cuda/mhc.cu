@@ -7,6 +7,7 @@
 #define POST_COLS 32  // columns per hc_post block and partial (amdahl-kernels mhc::post_parts)
 #define POST_TOK 4  // most tokens per hc_post block (amdahl-kernels mhc::POST_TOK)
 #define PRE_THREADS 1024  // hc_pre block size (amdahl-kernels mhc::PRE_THREADS)
+#define PRE_PER 1  // float4 columns per thread loaded ahead in hc_pre (2 spills at 64 registers)
 
 // X[t, i·D + c] = E[token_t, c] for every stream i. fmt: 0 bf16, 1 f32, 2 f16.
 extern "C" __global__ void embed_rows(const void* __restrict__ E, int fmt, const int* __restrict__ tokens,
@@ -116,24 +117,18 @@ __device__ __forceinline__ float lanes_max(float v, int first, int stride, int n
     return m;
 }
 
-// pre and post of one token from its mixing vector (threads below hc): pre to spre, post to mb.
-__device__ __forceinline__ void hc_gates(const float* smix, const float* __restrict__ base,
-                                         const float* __restrict__ scale, int hc, float hc_eps,
-                                         float* __restrict__ mb, float* spre) {
-    const int i = threadIdx.x;
-    if (i < hc) {
-        spre[i] = sigmoidf_(smix[i] * scale[0] + base[i]) + hc_eps;
-        mb[i] = 2.f * sigmoidf_(smix[hc + i] * scale[1] + base[hc + i]);
-    }
-}
-
-// The Sinkhorn-projected comb of one token from its mixing vector, by one warp: lane i·hc + j
-// holds comb[i][j] (row sums over lanes i·hc.., column sums over lanes j + hc·..). Writes comb
-// to mb[hc..]. Only `hc_post` reads it, so `hc_pre` runs it next to the collapse.
-__device__ void hc_comb(const float* smix, const float* __restrict__ base,
-                        const float* __restrict__ scale, int hc, int iters, float hc_eps,
-                        float* __restrict__ mb) {
+// pre, post and the Sinkhorn-projected comb of one token from its mixing vector, by warp 0:
+// lane i·hc + j holds comb[i][j] (row sums over lanes i·hc.., column sums over lanes j + hc·..).
+// Writes post and comb to mb and pre to spre.
+__device__ void hc_mixers(const float* smix, const float* __restrict__ base,
+                          const float* __restrict__ scale, int hc, int iters, float hc_eps,
+                          float* __restrict__ mb, float* spre) {
     const int lane = threadIdx.x & 31;
+    if (threadIdx.x >= 32) return;
+    if (lane < hc) {
+        spre[lane] = sigmoidf_(smix[lane] * scale[0] + base[lane]) + hc_eps;
+        mb[lane] = 2.f * sigmoidf_(smix[hc + lane] * scale[1] + base[hc + lane]);
+    }
     const bool mine = lane < hc * hc;
     const int i = lane / hc, j = lane % hc;
     const int m = 2 * hc + (mine ? lane : 0);
@@ -171,11 +166,10 @@ __device__ __forceinline__ void store_norm4(float4 u, float4 w, float r, int c4,
 // Before a sub-layer (after the mixing partials: `hc_mix_partial` or the previous `hc_post`):
 // mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's weighted RMSNorm.
 // Writes post and comb to mixbuf [T, hc + hc·hc] for `hc_post`, and the normalized input as f32
-// (nullable) and bf16 (nullable). One block of PRE_THREADS per token: warp 0 runs the comb's
-// Sinkhorn (~20 dependent shuffle rounds, read only by `hc_post`) while warps 1.. form u, so the
-// Sinkhorn no longer precedes the collapse. Every stream's first float4 column of a collapse
-// thread and the norm weights are loaded before the mixing reduction, so a token costs about
-// three memory round trips. D % 4 == 0 (checked at launch). Dynamic smem: D floats.
+// (nullable) and bf16 (nullable). One block of PRE_THREADS per token: the first float4 column
+// of every stream and the norm weights are loaded before the mixing reduction, so a
+// token costs about three memory round trips. D % 4 == 0 (checked at launch). Dynamic smem:
+// D floats.
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     const float* __restrict__ X, const float* __restrict__ partial, int parts, const float* __restrict__ base,
     const float* __restrict__ scale, int hc, int D, int iters, float hc_eps, float norm_eps,
@@ -188,43 +182,45 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     __shared__ float scratch[33];
     const int t = blockIdx.x;
     const int W = hc * D, nmix = (2 + hc) * hc, D4 = D >> 2;
-    // Collapse workers: threads 32.. (warps 1..), column cw first.
-    const int cw = (int)threadIdx.x - 32, nwk = (int)blockDim.x - 32;
     const float4* X4 = reinterpret_cast<const float4*>(X + (i64)t * W);
     const float4* nw4 = reinterpret_cast<const float4*>(nw);
-    float4 xs[4], ws;
-    if (cw >= 0 && cw < D4) {
+    float4 xs[PRE_PER][4], ws[PRE_PER];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (i < hc) xs[i] = X4[i * D4 + cw];
+    for (int p = 0; p < PRE_PER; p++) {
+        const int c4 = threadIdx.x + p * blockDim.x;
+        if (c4 < D4) {
+            ws[p] = nw4[c4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i < hc) xs[p][i] = X4[i * D4 + c4];
+        }
     }
-    if ((int)threadIdx.x < D4) ws = nw4[threadIdx.x];
-    float* mb = mixbuf + (i64)t * (hc + hc * hc);
     hc_mix_reduce(partial, t, parts, W, nmix, norm_eps, smix);
-    hc_gates(smix, base, scale, hc, hc_eps, mb, spre);
+    hc_mixers(smix, base, scale, hc, iters, hc_eps, mixbuf + (i64)t * (hc + hc * hc), spre);
     __syncthreads();
+    float pre[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) pre[i] = i < hc ? spre[i] : 0.f;
     float ss = 0.f;
     float4* su4 = reinterpret_cast<float4*>(su);
-    if (cw < 0) {
-        hc_comb(smix, base, scale, hc, iters, hc_eps, mb);
-    } else {
-        float pre[4];
+    for (int c0 = 0; c0 < D4; c0 += PRE_PER * blockDim.x) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) pre[i] = i < hc ? spre[i] : 0.f;
-        for (int c4 = cw; c4 < D4; c4 += nwk) {
-            if (c4 != cw) {
+        for (int p = 0; p < PRE_PER; p++) {
+            const int c4 = c0 + threadIdx.x + p * blockDim.x;
+            if (c4 >= D4) continue;
+            if (c0 > 0) {
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    if (i < hc) xs[i] = X4[i * D4 + c4];
+                    if (i < hc) xs[p][i] = X4[i * D4 + c4];
             }
             float4 u = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 if (i >= hc) break;
-                u.x += pre[i] * xs[i].x;
-                u.y += pre[i] * xs[i].y;
-                u.z += pre[i] * xs[i].z;
-                u.w += pre[i] * xs[i].w;
+                u.x += pre[i] * xs[p][i].x;
+                u.y += pre[i] * xs[p][i].y;
+                u.z += pre[i] * xs[p][i].z;
+                u.w += pre[i] * xs[p][i].w;
             }
             su4[c4] = u;
             ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
@@ -233,8 +229,12 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     const float r = 1.f / sqrtf(block_sum(ss, scratch) / (float)D + norm_eps);
     float* uf = u_f32 ? u_f32 + (i64)t * D : nullptr;
     u16* ub = u_bf ? u_bf + (i64)t * D : nullptr;
-    if ((int)threadIdx.x < D4) store_norm4(su4[threadIdx.x], ws, r, threadIdx.x, uf, ub);
-    for (int c4 = threadIdx.x + blockDim.x; c4 < D4; c4 += blockDim.x) store_norm4(su4[c4], nw4[c4], r, c4, uf, ub);
+#pragma unroll
+    for (int p = 0; p < PRE_PER; p++) {
+        const int c4 = threadIdx.x + p * blockDim.x;
+        if (c4 < D4) store_norm4(su4[c4], ws[p], r, c4, uf, ub);
+    }
+    for (int c4 = threadIdx.x + PRE_PER * blockDim.x; c4 < D4; c4 += blockDim.x) store_norm4(su4[c4], nw4[c4], r, c4, uf, ub);
 }
 
 // After a sub-layer: X'_k = post_k · y + Σ_j comb[j][k] · X_j, in place. Block (part, yb)
