@@ -97,6 +97,10 @@ pub struct GpuModel {
     /// Leading bytes of wo_b prefetched with wo_a (`AMDAHL_L2_AHEAD_WOB_MB`, default 0): the two
     /// run back to back, and both (64 MB at V4-Flash widths) exceed the L2.
     pub l2_ahead_wob: usize,
+    /// Steps of at most this many tokens prefetch the active experts' down projections into L2
+    /// once the plan names them, beside the up kernel, where they fit
+    /// (`AMDAHL_L2_AHEAD_EXPERTS`, default 0: off).
+    pub l2_ahead_experts_max_tokens: usize,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -181,6 +185,10 @@ impl GpuModel {
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(0)
                 << 20,
+            l2_ahead_experts_max_tokens: std::env::var("AMDAHL_L2_AHEAD_EXPERTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             attn_repeat: std::env::var("AMDAHL_SLOW_ATTENTION")
                 .ok()
                 .and_then(|v| v.parse().ok())

@@ -396,7 +396,7 @@ impl GpuModel {
             &self.bufs,
             self.mi(self.layout.tokens),
             shape.t,
-            shape.t <= self.l2_ahead_max_tokens,
+            shape.t <= self.l2_ahead_experts_max_tokens,
             tm,
         )?;
         // Keep the expert histogram of this layer for the analytic byte count.

@@ -636,8 +636,10 @@ fn l2_prefetches_leave_the_logits_unchanged() {
     let cpu = DeepseekV4::load(d.path()).unwrap();
     let mut ahead = GpuModel::from_cpu(gp, &cpu, lim(128)).unwrap();
     ahead.l2_ahead_max_tokens = usize::MAX;
+    ahead.l2_ahead_experts_max_tokens = usize::MAX;
     let mut plain = GpuModel::from_cpu(super::gpu().unwrap(), &cpu, lim(128)).unwrap();
     plain.l2_ahead_max_tokens = 0;
+    plain.l2_ahead_experts_max_tokens = 0;
     same_logits_two_ways(&ahead, &plain, spec.vocab, "L2-prefetching");
 
     let g = &ahead.gpu;
