@@ -224,7 +224,8 @@ fn kernel_choices(m: &GpuModel) -> String {
     format!(
         "programmatic launches {pdl}; indexer {:?}; route+plan {}; expert kernels {}; \
          streamed linears {} (FP8 decoded to {:?}); tiled GEMM {}; side stream {}; FP4 tiles {}; \
-         mHC post-mix tokens per block {}",
+         mHC post-mix tokens per block {}; L2 prefetch ahead: weights up to {} tokens, experts up \
+         to {}",
         super::launch::indexer_kernels(),
         if super::launch::route_plan_fused() {
             "fused"
@@ -242,6 +243,8 @@ fn kernel_choices(m: &GpuModel) -> String {
         } else {
             "1"
         },
+        m.l2_ahead_max_tokens,
+        m.l2_ahead_experts_max_tokens,
     )
 }
 
