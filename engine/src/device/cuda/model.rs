@@ -94,9 +94,6 @@ pub struct GpuModel {
     /// into L2 ahead of their kernels, on the prefetch stream (`AMDAHL_L2_AHEAD`, default 0:
     /// off; model/layer.rs says where).
     pub l2_ahead_max_tokens: usize,
-    /// Leading bytes of wo_b prefetched with wo_a (`AMDAHL_L2_AHEAD_WOB_MB`, default 0): the two
-    /// run back to back, and both (64 MB at V4-Flash widths) exceed the L2.
-    pub l2_ahead_wob: usize,
     /// Steps of at most this many tokens prefetch the active experts' down projections into L2
     /// once the plan names them, beside the up kernel, where they fit
     /// (`AMDAHL_L2_AHEAD_EXPERTS`, default 0: off).
@@ -180,11 +177,6 @@ impl GpuModel {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
-            l2_ahead_wob: std::env::var("AMDAHL_L2_AHEAD_WOB_MB")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0)
-                << 20,
             l2_ahead_experts_max_tokens: std::env::var("AMDAHL_L2_AHEAD_EXPERTS")
                 .ok()
                 .and_then(|v| v.parse().ok())

@@ -39,7 +39,8 @@ impl GpuModel {
         // on the prefetch stream while the kernels before it — latency chains at small batch,
         // DRAM nearly idle — run: the q path's projections from the end of the previous layer's
         // MoE (here for layer 0), wo_a from wq_b on (across the indexer and the attention), the
-        // shared expert from wo_b on (across the post-mix, pre-mix, router and plan).
+        // shared expert from wo_b on (across the post-mix, pre-mix, router and plan). Measured
+        // no faster: the streamed FP8 linears are not paced by DRAM (docs/PERF.md, tenth session).
         let ahead = t <= self.l2_ahead_max_tokens;
         if ahead && l == 0 {
             self.prefetch(&[&a.wq_a, &a.wkv, &a.wq_b])?;
@@ -143,13 +144,7 @@ impl GpuModel {
             false,
         )?);
         if ahead {
-            let mut ranges: Vec<(u64, usize)> =
-                a.wo_a.iter().map(|w| (w.w.ptr(), w.w.bytes())).collect();
-            let wob = self.l2_ahead_wob.min(a.wo_b.w.bytes());
-            if wob > 0 {
-                ranges.push((a.wo_b.w.ptr(), wob));
-            }
-            self.prefetch_ranges(&ranges)?;
+            self.prefetch(&a.wo_a.iter().collect::<Vec<_>>())?;
         }
         tm.count(k::q_prep(g, bf.q.ptr(), h, hd, eps, meta.row_pos, rope, t)?);
         g.join()?;
@@ -378,10 +373,6 @@ impl GpuModel {
     /// L2 prefetches of the weights `ws` (their codes) on the prefetch stream, in order.
     fn prefetch(&self, ws: &[&GLinear]) -> Result<()> {
         let ranges: Vec<(u64, usize)> = ws.iter().map(|w| (w.w.ptr(), w.w.bytes())).collect();
-        self.prefetch_ranges(&ranges)
-    }
-
-    fn prefetch_ranges(&self, ranges: &[(u64, usize)]) -> Result<()> {
         for part in ranges.chunks(PREFETCH_RANGES) {
             self.gpu.prefetch_l2(part)?;
         }
@@ -613,8 +604,6 @@ pub(crate) fn moe_forward(
     // The active experts' down projections, requested once the plan names them: they load
     // into L2 while the up projection runs (at one token a latency chain that leaves DRAM half
     // idle), when they fit it beside the up projection's stream.
-    // `AMDAHL_L2_AHEAD_UP=1` (a measurement): the up projections' weights too, first, whatever
-    // their size (the bulk prefetches as extra bytes in flight beside the up kernel's loads).
     let prefetch = |w: &GLinear| {
         g.prefetch_l2_experts(
             plan.act_list,
@@ -623,10 +612,6 @@ pub(crate) fn moe_forward(
             (w.s.as_ref().map_or(0, |b| b.ptr()), w.s_stride),
         )
     };
-    if ahead && std::env::var("AMDAHL_L2_AHEAD_UP").as_deref() == Ok("1") {
-        prefetch(&m.w1)?;
-        prefetch(&m.w3)?;
-    }
     if ahead && plan.slots * (m.w2.w_stride + m.w2.s_stride) <= L2_AHEAD_EXPERT_BYTES {
         prefetch(&m.w2)?;
     }
