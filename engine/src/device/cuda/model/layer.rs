@@ -7,8 +7,7 @@ use crate::config::AttnKind;
 use crate::error::Result;
 use crate::profile::Stage;
 
-use super::super::gpu::Gpu;
-use super::super::gpu::PREFETCH_RANGES;
+use super::super::gpu::{Gpu, PREFETCH_RANGES};
 use super::super::launch::{self as k, AttnArgs, CompArgs, Rope, RouteArgs, SeqMeta};
 use super::super::state::StepBufs;
 use super::super::timer::StageTimer;
@@ -604,16 +603,14 @@ pub(crate) fn moe_forward(
     // The active experts' down projections, requested once the plan names them: they load
     // into L2 while the up projection runs (at one token a latency chain that leaves DRAM half
     // idle), when they fit it beside the up projection's stream.
-    let prefetch = |w: &GLinear| {
+    let w2 = &m.w2;
+    if ahead && plan.slots * (w2.w_stride + w2.s_stride) <= L2_AHEAD_EXPERT_BYTES {
         g.prefetch_l2_experts(
             plan.act_list,
             plan.slots,
-            (w.w.ptr(), w.w_stride),
-            (w.s.as_ref().map_or(0, |b| b.ptr()), w.s_stride),
-        )
-    };
-    if ahead && plan.slots * (m.w2.w_stride + m.w2.s_stride) <= L2_AHEAD_EXPERT_BYTES {
-        prefetch(&m.w2)?;
+            (w2.w.ptr(), w2.w_stride),
+            (w2.s.as_ref().map_or(0, |b| b.ptr()), w2.s_stride),
+        )?;
     }
     tm.count(k::moe_up(
         g,
