@@ -2,7 +2,7 @@
 // formats: the split-K workspace's size, V4's clamped SwiGLU, and the decode kernels' superchunk
 // MMA on raw weights (linear.cu's warp kernels and the streamed ones).
 
-// The split-K workspace (gpu.rs SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES / 4): tile counters, floats.
+// The split-K workspace (gpu/mod.rs SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES / 4): tile counters, floats.
 #define SPLIT_TILES 4096
 #define SPLIT_PARTS 1048576
 
