@@ -242,25 +242,31 @@ __device__ __forceinline__ void pdl_enter_after_weights() {
 #endif
 }
 
-// Prefetches [p, p + bytes) into L2 (p and bytes multiples of 16): `prefetch_l2` with the
-// block's threads taking consecutive 4 KiB pieces, `prefetch_l2_own` by the calling thread alone.
+#define PREFETCH_PIECE 4096  // bytes per bulk L2 prefetch (amdahl-kernels util::PREFETCH_PIECE)
+
+// One bulk L2 prefetch (sm_90+; nothing before): the PREFETCH_PIECE piece of [c, c + bytes) at
+// offset o, less its last partial 16 bytes (a hint, not a copy: bulk sizes are multiples of 16).
 __device__ __forceinline__ void prefetch_piece(const char* c, i64 o, i64 bytes) {
-#ifdef PDL_PREFETCH
-    const u32 n = (u32)min((i64)4096, bytes - o);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + o), "r"(n) : "memory");
+#if __CUDA_ARCH__ >= 900
+    const u32 n = (u32)min((i64)PREFETCH_PIECE, bytes - o) & ~15u;
+    if (n > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + o), "r"(n) : "memory");
 #endif
 }
+
+// Prefetches [p, p + bytes) into L2 in AMDAHL_PDL=2 builds (p and bytes multiples of 16):
+// `prefetch_l2` with the block's threads taking consecutive 4 KiB pieces, `prefetch_l2_own` by
+// the calling thread alone.
 
 __device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes) {
 #ifdef PDL_PREFETCH
     const char* c = static_cast<const char*>(p);
-    for (i64 o = (i64)threadIdx.x * 4096; o < bytes; o += (i64)blockDim.x * 4096) prefetch_piece(c, o, bytes);
+    for (i64 o = (i64)threadIdx.x * PREFETCH_PIECE; o < bytes; o += (i64)blockDim.x * PREFETCH_PIECE) prefetch_piece(c, o, bytes);
 #endif
 }
 
 __device__ __forceinline__ void prefetch_l2_own(const void* p, i64 bytes) {
 #ifdef PDL_PREFETCH
     const char* c = static_cast<const char*>(p);
-    for (i64 o = 0; o < bytes; o += 4096) prefetch_piece(c, o, bytes);
+    for (i64 o = 0; o < bytes; o += PREFETCH_PIECE) prefetch_piece(c, o, bytes);
 #endif
 }

@@ -55,10 +55,8 @@ extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __res
 
 // L2 prefetch of up to four byte ranges (amdahl-kernels util::PREFETCH_*), launched on its own
 // stream ahead of the kernels that read them: thread i issues piece i of every range (a bulk
-// prefetch of PREFETCH_PIECE bytes, nothing kept in registers), so the whole list is requested
-// at once and the block exits. Ranges need not be 16-byte multiples: their last partial 16 bytes
-// are left out (a hint, not a copy). sm_90+ (cp.async.bulk); elsewhere it does nothing.
-#define PREFETCH_PIECE 4096
+// prefetch of PREFETCH_PIECE bytes by `prefetch_piece`, nothing kept in registers), so the whole
+// list is requested at once and the block exits. sm_90+; elsewhere it does nothing.
 #define PREFETCH_THREADS 256
 extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_ranges(const char* p0, i64 n0, const char* p1, i64 n1,
                                                                      const char* p2, i64 n2, const char* p3, i64 n3) {
@@ -71,9 +69,7 @@ extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_range
     for (int r = 0; r < 4; r++) {
         const i64 pieces = (n[r] + PREFETCH_PIECE - 1) / PREFETCH_PIECE;
         if (piece < pieces) {
-            const i64 o = piece * PREFETCH_PIECE;
-            const u32 len = (u32)min((i64)PREFETCH_PIECE, n[r] - o) & ~15u;
-            if (len > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p[r] + o), "r"(len) : "memory");
+            prefetch_piece(p[r], piece * PREFETCH_PIECE, n[r]);
             return;
         }
         piece -= pieces;
@@ -96,9 +92,7 @@ extern "C" __global__ void __launch_bounds__(PREFETCH_THREADS) prefetch_l2_exper
     const i64 slot = piece / (wp + sp), q = piece % (wp + sp);
     if (slot >= min(act_list[0], slots)) return;
     const int e = act_list[1 + slot];
-    const char* base = q < wp ? w + e * w_bytes : s + e * s_bytes;
-    const i64 o = (q < wp ? q : q - wp) * PREFETCH_PIECE, n = q < wp ? w_bytes : s_bytes;
-    const u32 len = (u32)min((i64)PREFETCH_PIECE, n - o) & ~15u;
-    if (len > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + o), "r"(len) : "memory");
+    if (q < wp) prefetch_piece(w + e * w_bytes, q * PREFETCH_PIECE, w_bytes);
+    else prefetch_piece(s + e * s_bytes, (q - wp) * PREFETCH_PIECE, s_bytes);
 #endif
 }

@@ -407,7 +407,7 @@ pub mod util {
         PREFETCH_L2,
         PREFETCH_L2_EXPERTS,
     ];
-    /// Bytes per bulk prefetch of `prefetch_l2_ranges` (util.cu PREFETCH_PIECE).
+    /// Bytes per bulk L2 prefetch of the prefetch kernels (common.cuh PREFETCH_PIECE).
     pub const PREFETCH_PIECE: usize = 4096;
     /// Threads per block of `prefetch_l2_ranges` (util.cu PREFETCH_THREADS; one piece each).
     pub const PREFETCH_THREADS: usize = 256;
@@ -609,7 +609,7 @@ mod tests {
             (MOE.source, "#define ROUTE_MAXK", moe::MAX_TOP_K),
             (SAMPLE.source, "#define MAX_BANNED", sample::MAX_BANNED),
             (SAMPLE.source, "#define SAMPLE_THREADS", sample::THREADS),
-            (UTIL.source, "#define PREFETCH_PIECE", util::PREFETCH_PIECE),
+            (COMMON, "#define PREFETCH_PIECE", util::PREFETCH_PIECE),
             (
                 UTIL.source,
                 "#define PREFETCH_THREADS",
