@@ -412,15 +412,22 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
 }
 
 // Work of the warp kernels: tile i of the active experts' (expert, 16-row group) list, warps
-// taking contiguous runs so a warp stays on one expert's plan entries.
+// taking contiguous runs so a warp stays on one expert's plan entries. With no more tiles than
+// warps (batch 1: 768 up or 1536 down tiles for 2112 warps) tile i goes to warp i / gridDim.x of
+// block i % gridDim.x, so every block (SM) gets a share instead of the first blocks all of them.
 __device__ __forceinline__ void warp_items(const int* act_list, int N, int* begin, int* end,
                                            int* groups) {
-    const int wpb = blockDim.x >> 5;
-    const int nw = gridDim.x * wpb, gw = blockIdx.x * wpb + (threadIdx.x >> 5);
+    const int wpb = blockDim.x >> 5, w = threadIdx.x >> 5;
+    const int nw = gridDim.x * wpb;
     *groups = (N + 15) >> 4;
     const int total = act_list[0] * *groups;
+    if (total <= nw) {  // one tile per warp either way: tile i to warp i / gridDim.x of block i % gridDim.x
+        *begin = w * gridDim.x + blockIdx.x;
+        *end = min(total, *begin + 1);
+        return;
+    }
     const int per = (total + nw - 1) / nw;
-    *begin = gw * per;
+    *begin = (blockIdx.x * wpb + w) * per;
     *end = min(total, *begin + per);
 }
 
