@@ -376,7 +376,12 @@ fn quantized_tiny_models_match_the_cpu() {
 }
 
 /// Greedy decoding on the GPU (prefill, then the sampling kernel at temperature 0, one token per
-/// step) gives the CPU's first 16 greedy tokens, on the trained model (real, decisive logits).
+/// step) gives the CPU's first 16 greedy tokens, on the trained model (real, decisive logits),
+/// up to a near tie: where the two first differ, the CPU's logits must rank the two tokens
+/// within [`TIE`] of each other (relative), and the sequences are compared no further (past a
+/// different token they continue different texts). "5-9=-4\n40*71=" has one at its 14th token
+/// (3.5358 against 3.5236 on the CPU, 3.4e-3 apart), which a different summation order in the
+/// expert kernels flips.
 #[test]
 fn greedy_tokens_equal_the_cpu() {
     let Some(gp) = gpu() else { return };
@@ -388,6 +393,7 @@ fn greedy_tokens_equal_the_cpu() {
     for q in ["17*23=", "12+5=17\n999+999=", "5-9=-4\n40*71=", "123-456="] {
         let prompt = tok.encode(q, false).unwrap();
         let mut want = Vec::new();
+        let mut rows = Vec::new();
         {
             let mut st = cpu.new_state();
             let mut next = prompt.clone();
@@ -400,6 +406,7 @@ fn greedy_tokens_equal_the_cpu() {
                 let l = cpu.forward(&mut b, &mut StageClock::default()).unwrap();
                 let t = crate::ops::sampling::argmax(l[0].row(0));
                 want.push(t);
+                rows.push(l[0].row(0).to_vec());
                 next = vec![t];
             }
         }
@@ -421,7 +428,21 @@ fn greedy_tokens_equal_the_cpu() {
             next = vec![t];
         }
         println!("greedy {q:?}: {:?}", tok.decode(&got, false).unwrap());
-        assert_eq!(got, want, "{q:?}: GPU greedy tokens differ from the CPU's");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            let row = &rows[i];
+            let (w, g) = (row[want[i] as usize], row[got[i] as usize]);
+            let gap = (w - g) / w.abs().max(f32::MIN_POSITIVE);
+            println!(
+                "greedy {q:?}: token {i} differs: CPU {} ({w:.4}) against GPU {} ({g:.4}), relative gap {gap:.1e}",
+                want[i], got[i]
+            );
+            assert!(
+                gap < TIE,
+                "{q:?}: GPU greedy token {i} differs from the CPU's without a near tie: {:?} against {:?}",
+                got,
+                want
+            );
+        }
     }
 }
 
