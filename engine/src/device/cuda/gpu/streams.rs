@@ -2,7 +2,7 @@
 //! read the weights, events, synchronization and stream capture.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::CudaContext;
 use cudarc::driver::result as drv;
@@ -47,6 +47,22 @@ impl Event {
         // SAFETY: live event.
         unsafe { drv::event::synchronize(self.ev) }.map_err(|e| dev_err("event synchronize", e))
     }
+
+    /// Records `self` on `stream` (the work queued there so far); `what` names it in errors.
+    fn record(&self, stream: sys::CUstream, what: &str) -> Result<()> {
+        // SAFETY: live event; `stream` is a live stream of the same context.
+        unsafe { sys::cuEventRecord(self.ev, stream) }
+            .result()
+            .map_err(|e| dev_err(&format!("recording {what}"), e))
+    }
+
+    /// Makes `stream` wait for the work `self` last recorded; `what` names it in errors.
+    fn wait_on(&self, stream: sys::CUstream, what: &str) -> Result<()> {
+        // SAFETY: live event; `stream` is a live stream of the same context.
+        unsafe { sys::cuStreamWaitEvent(stream, self.ev, 0) }
+            .result()
+            .map_err(|e| dev_err(what, e))
+    }
 }
 
 impl Drop for Event {
@@ -70,23 +86,16 @@ impl Gpu {
                 "a fork inside an unjoined fork (one side stream only)".into(),
             ));
         }
-        // SAFETY: live events and streams of this context.
-        unsafe {
-            sys::cuEventRecord(self.fork_ev.ev, self.stream.cu_stream())
-                .result()
-                .map_err(|e| dev_err("recording the fork event", e))?;
-            sys::cuStreamWaitEvent(self.side.cu_stream(), self.fork_ev.ev, 0)
-                .result()
-                .map_err(|e| dev_err("side stream waiting on the fork", e))?;
-        }
+        self.fork_ev
+            .record(self.stream.cu_stream(), "the fork event")?;
+        self.fork_ev
+            .wait_on(self.side.cu_stream(), "side stream waiting on the fork")?;
         self.on_side.store(true, Ordering::Relaxed);
         self.unjoined.store(true, Ordering::Relaxed);
         let r = side();
         self.on_side.store(false, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { sys::cuEventRecord(self.join_ev.ev, self.side.cu_stream()) }
-            .result()
-            .map_err(|e| dev_err("recording the join event", e))?;
+        self.join_ev
+            .record(self.side.cu_stream(), "the join event")?;
         if r.is_err() {
             // The step fails; leave the streams joined so the next one starts clean.
             self.join()?;
@@ -104,13 +113,15 @@ impl Gpu {
 
     /// Makes the main stream wait for the side work of the last [`Gpu::fork`].
     pub fn join(&self) -> Result<()> {
-        if !self.unjoined.swap(false, Ordering::Relaxed) {
+        self.join_pending(&self.unjoined, &self.join_ev, "joining the side stream")
+    }
+
+    /// Makes the main stream wait for `ev` if `pending` (then clears it).
+    fn join_pending(&self, pending: &AtomicBool, ev: &Event, what: &str) -> Result<()> {
+        if !pending.swap(false, Ordering::Relaxed) {
             return Ok(());
         }
-        // SAFETY: live event and stream of this context.
-        unsafe { sys::cuStreamWaitEvent(self.stream.cu_stream(), self.join_ev.ev, 0) }
-            .result()
-            .map_err(|e| dev_err("joining the side stream", e))
+        ev.wait_on(self.stream.cu_stream(), what)
     }
 
     /// Prefetches `ranges` (device pointer, bytes) into L2 on the prefetch stream, after the
@@ -180,20 +191,15 @@ impl Gpu {
         }
         let threads = amdahl_kernels::util::PREFETCH_THREADS;
         let l = Launch::new((pieces.div_ceil(threads), 1, 1), threads, 0);
-        // SAFETY: live events and streams of this context.
-        unsafe {
-            sys::cuEventRecord(self.ahead_fork.ev, self.stream.cu_stream())
-                .result()
-                .map_err(|e| dev_err("recording the prefetch fork event", e))?;
-            sys::cuStreamWaitEvent(self.ahead.cu_stream(), self.ahead_fork.ev, 0)
-                .result()
-                .map_err(|e| dev_err("prefetch stream waiting on the fork", e))?;
-        }
+        self.ahead_fork
+            .record(self.stream.cu_stream(), "the prefetch fork event")?;
+        self.ahead_fork.wait_on(
+            self.ahead.cu_stream(),
+            "prefetch stream waiting on the fork",
+        )?;
         self.launch_to(self.ahead.cu_stream(), name, l, args)?;
-        // SAFETY: as above.
-        unsafe { sys::cuEventRecord(self.ahead_join.ev, self.ahead.cu_stream()) }
-            .result()
-            .map_err(|e| dev_err("recording the prefetch join event", e))?;
+        self.ahead_join
+            .record(self.ahead.cu_stream(), "the prefetch join event")?;
         self.ahead_unjoined.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -201,13 +207,11 @@ impl Gpu {
     /// Makes the main stream wait for the prefetch stream's launches so far (before a capture
     /// ends or the step's buffers are read back).
     pub fn join_prefetch(&self) -> Result<()> {
-        if !self.ahead_unjoined.swap(false, Ordering::Relaxed) {
-            return Ok(());
-        }
-        // SAFETY: live event and stream of this context.
-        unsafe { sys::cuStreamWaitEvent(self.stream.cu_stream(), self.ahead_join.ev, 0) }
-            .result()
-            .map_err(|e| dev_err("joining the prefetch stream", e))
+        self.join_pending(
+            &self.ahead_unjoined,
+            &self.ahead_join,
+            "joining the prefetch stream",
+        )
     }
 
     /// An error when a fork's side work is still unjoined (before stage marks, capture ends
