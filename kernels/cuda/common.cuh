@@ -256,7 +256,6 @@ __device__ __forceinline__ void prefetch_piece(const char* c, i64 o, i64 bytes) 
 // Prefetches [p, p + bytes) into L2 in AMDAHL_PDL=2 builds (p and bytes multiples of 16):
 // `prefetch_l2` with the block's threads taking consecutive 4 KiB pieces, `prefetch_l2_own` by
 // the calling thread alone.
-
 __device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes) {
 #ifdef PDL_PREFETCH
     const char* c = static_cast<const char*>(p);
