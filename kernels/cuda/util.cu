@@ -53,6 +53,24 @@ extern "C" __global__ void copy_u128(const uint4* __restrict__ src, uint4* __res
         dst[i] = src[i];
 }
 
+// One-shot read (latency probe of `amdahl profile`): n 16-byte words read once, each thread
+// issuing 4 loads per round before it folds them, the grid striding over the words. Nothing is
+// stored unless the fold equals `never` (the host reads a zeroed buffer, so it cannot), which
+// keeps the loads live. With n = 0 it is an empty kernel: the cost of a launch alone.
+extern "C" __global__ void probe_read(const uint4* __restrict__ src, i64 n, u32 never, u32* __restrict__ sink) {
+    pdl_enter();
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    u32 acc = 0;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = i + j * stride < n ? __ldg(src + i + j * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    if (acc == never) sink[0] = acc;
+}
+
 // L2 prefetch of up to four byte ranges (amdahl-kernels util::PREFETCH_*), launched on its own
 // stream ahead of the kernels that read them: thread i issues piece i of every range (a bulk
 // prefetch of PREFETCH_PIECE bytes by `prefetch_piece`, nothing kept in registers), so the whole

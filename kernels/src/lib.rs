@@ -399,13 +399,15 @@ pub mod util {
     pub const COPY_U128: Entry = e("util", "copy_u128");
     pub const PREFETCH_L2: Entry = e("util", "prefetch_l2_ranges");
     pub const PREFETCH_L2_EXPERTS: Entry = e("util", "prefetch_l2_experts");
-    pub const ALL: [Entry; 6] = [
+    pub const PROBE_READ: Entry = e("util", "probe_read");
+    pub const ALL: [Entry; 7] = [
         FILL_BYTES,
         FILL_VALUES,
         FILL_INTS,
         COPY_U128,
         PREFETCH_L2,
         PREFETCH_L2_EXPERTS,
+        PROBE_READ,
     ];
     /// Bytes per bulk L2 prefetch of the prefetch kernels (common.cuh PREFETCH_PIECE).
     pub const PREFETCH_PIECE: usize = 4096;

@@ -135,6 +135,37 @@ pub struct ProfileReport {
     /// The kernel variants and switches in effect (opt-in builds, `AMDAHL_*` choices), so a log
     /// says what it measured.
     pub kernels: String,
+    /// One-shot reads measured on the device, by size (empty on the CPU).
+    pub read_floors: Vec<ReadFloor>,
+}
+
+/// The device time of one kernel that reads `bytes` once from DRAM, launched back to back with
+/// others like it in a CUDA graph, as a decode step launches its kernels (`bytes` 0: an empty
+/// kernel, the cost of a launch alone). No kernel of a step that reads `bytes` in one launch can
+/// take less, whatever it computes: small launches are paced by this, not by the copy bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadFloor {
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// The least time `launches` kernels reading `bytes` between them can take, from the measured
+/// one-shot reads (sorted by size, the first the empty kernel): each launch reads an equal share,
+/// its time interpolated linearly between the measured sizes and extrapolated past the largest
+/// along the last segment. None without measurements or launches.
+pub fn oneshot_seconds(floors: &[ReadFloor], launches: u64, bytes: u64) -> Option<f64> {
+    if launches == 0 || floors.len() < 2 {
+        return None;
+    }
+    let share = bytes as f64 / launches as f64;
+    let i = floors
+        .windows(2)
+        .position(|w| share <= w[1].bytes as f64)
+        .unwrap_or(floors.len() - 2);
+    let (a, b) = (floors[i], floors[i + 1]);
+    let slope = (b.seconds - a.seconds) / (b.bytes - a.bytes).max(1) as f64;
+    let t = a.seconds + slope * (share - a.bytes as f64);
+    Some(launches as f64 * t.max(0.0))
 }
 
 /// What `amdahl profile --device cpu --model DIR` measures.
@@ -249,5 +280,39 @@ pub fn profile_cpu(
         batches,
         prefill: None,
         kernels: "the CPU reference".into(),
+        read_floors: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ReadFloor, oneshot_seconds};
+
+    fn floors() -> Vec<ReadFloor> {
+        [
+            (0, 2e-6),
+            (1 << 20, 3e-6),
+            (16 << 20, 10e-6),
+            (64 << 20, 28e-6),
+        ]
+        .iter()
+        .map(|&(bytes, seconds)| ReadFloor { bytes, seconds })
+        .collect()
+    }
+
+    #[test]
+    fn oneshot_time_interpolates_extrapolates_and_scales_by_launches() {
+        let f = floors();
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        // Launches alone: the empty kernel's time each.
+        assert!(close(oneshot_seconds(&f, 5, 0), 10e-6));
+        // A measured size, once and split over four launches of 4 MiB (between 1 and 16 MiB).
+        assert!(close(oneshot_seconds(&f, 1, 16 << 20), 10e-6));
+        let per_4mib = 3e-6 + 7e-6 * 3.0 / 15.0;
+        assert!(close(oneshot_seconds(&f, 4, 16 << 20), 4.0 * per_4mib));
+        // Past the largest size along the last segment's slope (18 µs per 48 MiB).
+        assert!(close(oneshot_seconds(&f, 1, 112 << 20), 46e-6));
+        assert_eq!(oneshot_seconds(&f, 0, 1 << 20), None);
+        assert_eq!(oneshot_seconds(&f[..1], 3, 1 << 20), None);
+    }
 }

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use amdahl_engine::device::profiling::{
-    ExpertFormat, PrefillProfile, ProfileOptions, ProfileReport,
+    ExpertFormat, PrefillProfile, ProfileOptions, ProfileReport, ReadFloor, oneshot_seconds,
 };
 use amdahl_engine::profile::Stage;
 use amdahl_engine::profile::report::{Peaks, Report};
@@ -167,6 +167,8 @@ pub fn render(r: &ProfileReport) -> String {
         );
     }
     s += &format!("kernels: {}\n", r.kernels);
+    s += &render_read_floors(&r.read_floors, r.peaks.bandwidth);
+    let oneshot = |launches: u64, bytes: u64| oneshot_seconds(&r.read_floors, launches, bytes);
     for b in &r.batches {
         let per_layer =
             (b.step_seconds - b.clock.get(Stage::Head).as_secs_f64()).max(0.0) / r.layers as f64;
@@ -197,7 +199,7 @@ pub fn render(r: &ProfileReport) -> String {
         }
         let rep = Report::build(&b.clock, b.timed_step_seconds, Some(r.peaks));
         s += &format!(
-            "{:<10} {:>10} {:>9} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12}\n",
+            "{:<10} {:>10} {:>9} {:>7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>12} {:>10}\n",
             "stage",
             "ms/step",
             "eager ms",
@@ -207,8 +209,10 @@ pub fn render(r: &ProfileReport) -> String {
             "%copy",
             "floor",
             "launches",
-            "blocks/SMs"
+            "blocks/SMs",
+            "1-shot ms"
         );
+        let (mut shot_sum, mut shot_launches) = (0.0, 0u64);
         for l in &rep.lines {
             let i = Stage::ALL.iter().position(|x| *x == l.stage).unwrap_or(7);
             if l.seconds <= 0.0 && b.launches[i] == 0 {
@@ -219,8 +223,11 @@ pub fn render(r: &ProfileReport) -> String {
             } else {
                 "-".into()
             };
+            let shot = oneshot(b.launches[i], l.bytes);
+            shot_sum += shot.unwrap_or(0.0);
+            shot_launches += b.launches[i];
             s += &format!(
-                "{:<10} {:>10.4} {:>9.4} {:>6.1}% {:>10.2} {:>9.0} {:>7.1}% {:>7.1}% {:>9} {:>12}\n",
+                "{:<10} {:>10.4} {:>9.4} {:>6.1}% {:>10.2} {:>9.0} {:>7.1}% {:>7.1}% {:>9} {:>12} {:>10}\n",
                 l.stage.label(),
                 l.seconds * 1e3,
                 b.eager_clock.get(l.stage).as_secs_f64() * 1e3,
@@ -230,7 +237,20 @@ pub fn render(r: &ProfileReport) -> String {
                 100.0 * l.bandwidth / r.peaks.bandwidth,
                 100.0 * l.efficiency.unwrap_or(0.0),
                 b.launches[i],
-                blocks
+                blocks,
+                shot.map_or_else(|| "-".into(), |t| format!("{:.4}", t * 1e3))
+            );
+        }
+        if let Some(empty) = r.read_floors.first().filter(|_| shot_launches > 0) {
+            s += &format!(
+                "  - one-shot floor: the step's {} launches as pure reads of their stages' bytes would take {:.3} ms \
+                 ({:.0}% of the graph's {:.3} ms), {:.3} ms of it the launches alone ({:.2} µs each)\n",
+                shot_launches,
+                shot_sum * 1e3,
+                100.0 * shot_sum / b.step_seconds,
+                b.step_seconds * 1e3,
+                shot_launches as f64 * empty.seconds * 1e3,
+                empty.seconds * 1e6
             );
         }
         for line in rep.sentences("decode") {
@@ -241,6 +261,34 @@ pub fn render(r: &ProfileReport) -> String {
         s += &render_prefill(p, r.layers, &r.peaks);
     }
     s
+}
+
+/// The one-shot read table: per size, the time of one launch that only reads it, and its rate.
+fn render_read_floors(floors: &[ReadFloor], copy: f64) -> String {
+    if floors.is_empty() {
+        return String::new();
+    }
+    let sizes: Vec<String> = floors
+        .iter()
+        .map(|f| {
+            if f.bytes == 0 {
+                format!("empty {:.2} µs", f.seconds * 1e6)
+            } else {
+                let rate = f.bytes as f64 / f.seconds;
+                format!(
+                    "{} MiB {:.1} µs ({:.0} GB/s, {:.0}% of copy)",
+                    f.bytes >> 20,
+                    f.seconds * 1e6,
+                    gb(rate),
+                    100.0 * rate / copy
+                )
+            }
+        })
+        .collect();
+    format!(
+        "one-shot reads (per launch, back to back in a graph, each reading its bytes once from DRAM): {}\n",
+        sizes.join("; ")
+    )
 }
 
 /// The prefill's summary line and its stage table (time, share, TFLOP/s, % of the GEMM rate).
@@ -289,7 +337,8 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
         .map(|b| {
             let stages: serde_json::Map<String, serde_json::Value> = Stage::ALL
                 .iter()
-                .map(|&st| {
+                .enumerate()
+                .map(|(i, &st)| {
                     (
                         st.label().to_string(),
                         serde_json::json!({
@@ -297,6 +346,7 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
                             "eager_seconds": b.eager_clock.get(st).as_secs_f64(),
                             "bytes": b.clock.bytes(st),
                             "flops": b.clock.flops(st),
+                            "oneshot_seconds": oneshot_seconds(&r.read_floors, b.launches[i], b.clock.bytes(st)),
                         }),
                     )
                 })
@@ -320,6 +370,9 @@ fn to_json(r: &ProfileReport) -> serde_json::Value {
         "copy_bandwidth": r.peaks.bandwidth, "gemm_flops": r.peaks.flops,
         "layers": r.layers, "ctx": r.ctx, "expert_format": r.expert_format,
         "weight_bytes": r.weight_bytes, "kernels": r.kernels, "batches": batches,
+        "read_floors": r.read_floors.iter().map(|f| serde_json::json!({
+            "bytes": f.bytes, "seconds": f.seconds,
+        })).collect::<Vec<_>>(),
         "prefill": r.prefill.as_ref().map(|p| serde_json::json!({
             "tokens": p.tokens, "chunk": p.chunk, "seconds": p.seconds,
             "gemm_flops": p.gemm_flops(), "gemm_flops_per_second": p.gemm_flops_per_second(),
@@ -375,5 +428,15 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("mhc"), "{s}");
+    }
+
+    #[test]
+    fn read_floor_line_gives_each_size_its_time_rate_and_share_of_copy() {
+        let f = [(0, 2e-6), (1 << 20, 4e-6), (32 << 20, 16e-6)]
+            .map(|(bytes, seconds)| ReadFloor { bytes, seconds });
+        let s = render_read_floors(&f, 3e12);
+        // 1 MiB in 4 µs: 262 GB/s, 9% of 3 TB/s; 32 MiB in 16 µs: 2097 GB/s, 70%.
+        assert!(s.contains("empty 2.00 µs; 1 MiB 4.0 µs (262 GB/s, 9% of copy); 32 MiB 16.0 µs (2097 GB/s, 70% of copy)\n"), "{s}");
+        assert_eq!(render_read_floors(&[], 3e12), "");
     }
 }

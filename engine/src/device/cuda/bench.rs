@@ -160,6 +160,7 @@ pub(super) fn experts_touched(m: &GpuModel) -> Result<Vec<usize>> {
 pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
     let gpu = Gpu::open(o.ordinal)?;
     let pk = peaks::measure(&gpu)?;
+    let read_floors = peaks::read_floors(&gpu)?;
     tracing::info!(
         copy_gb_s = pk.bandwidth / 1e9,
         gemm_tflops = pk.flops / 1e12,
@@ -210,6 +211,7 @@ pub fn profile_dummy(o: &ProfileOptions) -> Result<ProfileReport> {
         batches: out,
         prefill,
         kernels: kernel_choices(&model),
+        read_floors,
     })
 }
 

@@ -7,6 +7,7 @@ use cudarc::cublas::sys as bsys;
 
 use amdahl_kernels::util as ku;
 
+use crate::device::profiling::ReadFloor;
 use crate::error::Result;
 use crate::profile::report::Peaks;
 
@@ -31,6 +32,67 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<f64> {
         }
     }
     Ok(2.0 * bytes as f64 / best)
+}
+
+/// Sizes of the one-shot read probe: the empty kernel, then 1 to 64 MiB (a decode step's
+/// launches read from a few KB to the 32-MB attention linears and the ~50-MB expert projections).
+const READ_SIZES: [usize; 8] = [
+    0,
+    1 << 20,
+    2 << 20,
+    4 << 20,
+    8 << 20,
+    16 << 20,
+    32 << 20,
+    64 << 20,
+];
+/// Launches per timed graph of the probe.
+const READ_CHAIN: usize = 32;
+
+/// One-shot reads: per size, the device time per launch of a chain of `probe_read` launches in
+/// one CUDA graph (launched as the decode step's kernels are, programmatic where they are), each
+/// reading a different slice of a 1 GiB buffer so every byte comes from DRAM; best of 5 replays.
+pub fn read_floors(gpu: &Gpu) -> Result<Vec<ReadFloor>> {
+    let pool = 1usize << 30;
+    let src = gpu.zeros(pool)?;
+    let sink = gpu.zeros(16)?;
+    let l = Launch::new((gpu.info.sms * 8, 1, 1), 256, 0);
+    let (a, b) = (gpu.event()?, gpu.event()?);
+    let mut out = Vec::new();
+    for &bytes in &READ_SIZES {
+        let slices = pool / bytes.max(1);
+        gpu.begin_capture()?;
+        let r = (0..READ_CHAIN).try_for_each(|i| {
+            let at = src.ptr() + ((i % slices) * bytes) as u64;
+            gpu.launch(
+                ku::PROBE_READ,
+                l,
+                Args::new()
+                    .ptr(at)
+                    .i64((bytes / 16) as i64)
+                    .i32(0x1e37_79b9)
+                    .buf(&sink),
+            )
+        });
+        let graph = gpu.end_capture();
+        r?;
+        let graph = graph?;
+        let mut best = f64::INFINITY;
+        for i in 0..6 {
+            gpu.record(&a, false)?;
+            graph.launch().map_err(|e| dev_err("graph launch", e))?;
+            gpu.record(&b, false)?;
+            b.synchronize()?;
+            if i > 0 {
+                best = best.min(f64::from(a.elapsed_ms(&b)?) / 1e3);
+            }
+        }
+        out.push(ReadFloor {
+            bytes: bytes as u64,
+            seconds: best / READ_CHAIN as f64,
+        });
+    }
+    Ok(out)
 }
 
 /// bf16 GEMM FLOP/s through cuBLAS.
