@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Per-launch device times of one decode step from an ncu report exported as CSV
-(`ncu --import r.ncu-rep --csv --page raw --metrics gpu__time_duration.sum`), as `run.sh
-launches` makes it: the launches in order (kernel, grid, block, µs) of the first `--step`
-launches after `--skip`, then the kernels by total time.
+(`ncu --import r.ncu-rep --csv --page raw`, metrics gpu__time_duration.sum and, where collected,
+dram__bytes_read.sum), as `run.sh launches` makes it: the launches in order (kernel, grid, block,
+µs, DRAM MB read and GB/s) of the first `--step` launches after `--skip`, then the kernels by
+total time. With `--floors PROFILE_JSON` (an `amdahl profile --json` of the same GPU) each launch
+also gets its one-shot floor: the time of a pure read of the bytes it read from DRAM, interpolated
+in the profile's `read_floors` as `profiling::oneshot_seconds` does, and its time over that floor.
 
 ncu serializes kernels and (by default) flushes caches between replays, so these are cold,
 isolated times: the graph's step overlaps launch gaps and side-stream branches that they do not
@@ -18,8 +21,13 @@ import sys
 SCALE_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
+SCALE_B = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+BYTE_UNIT = ["byte"]
+
+
 def rows(path):
-    """The launch rows and the duration column's unit (the row after the header)."""
+    """The launch rows and the duration column's unit (the row after the header; the DRAM
+    bytes column's unit is kept in BYTE_UNIT)."""
     with open(path, newline="") as f:
         lines = [ln for ln in f if ln.startswith('"')]
     out, unit = [], "nsecond"
@@ -28,9 +36,31 @@ def rows(path):
             for key, v in r.items():
                 if key and key.startswith("gpu__time_duration") and v:
                     unit = v.strip()
+                if key and key.startswith("dram__bytes_read") and v:
+                    BYTE_UNIT[0] = v.strip()
             continue
         out.append(r)
     return out, unit
+
+
+def dram_mb(r):
+    """DRAM bytes read (MB), or None where the report lacks the metric (its unit from the row
+    under the header)."""
+    for key, v in r.items():
+        if key and key.startswith("dram__bytes_read") and v:
+            return float(v.replace(",", "")) * SCALE_B[BYTE_UNIT[0]] / 1e6
+    return None
+
+
+def floor_us(floors, mb):
+    """One launch's one-shot floor (µs) at `mb` MB read: linear between the measured sizes,
+    past the largest along the last segment (the engine's `oneshot_seconds` for one launch)."""
+    pts = sorted((f["bytes"] / 1e6, f["seconds"] * 1e6) for f in floors)
+    if len(pts) < 2:
+        return None
+    i = next((k for k in range(len(pts) - 1) if mb <= pts[k + 1][0]), len(pts) - 2)
+    (b0, t0), (b1, t1) = pts[i], pts[i + 1]
+    return max(0.0, t0 + (t1 - t0) / max(b1 - b0, 1e-9) * (mb - b0))
 
 
 def duration_us(r, unit):
@@ -45,7 +75,14 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--skip", type=int, default=0, help="launches to leave out first")
     ap.add_argument("--step", type=int, default=0, help="launches to list (0: all)")
+    ap.add_argument("--floors", help="amdahl profile --json output with read_floors (same GPU)")
     a = ap.parse_args()
+    floors = []
+    if a.floors:
+        import json
+
+        with open(a.floors) as f:
+            floors = json.load(f).get("read_floors", [])
     rs, unit = rows(a.csv)
     rs = rs[a.skip:]
     if a.step:
@@ -54,16 +91,35 @@ def main():
         sys.exit(f"{a.csv}: no launches")
     total = collections.Counter()
     count = collections.Counter()
+    mb_total = collections.Counter()
+    floor_total = collections.Counter()
     for i, r in enumerate(rs):
         name = r.get("Kernel Name", "?")
         us = duration_us(r, unit)
         total[name] += us
         count[name] += 1
-        print(f"{i:4d} {us:8.2f} us  {name:40s} grid {r.get('Grid Size', '?'):>16s} block {r.get('Block Size', '?')}")
+        extra = ""
+        mb = dram_mb(r)
+        if mb is not None:
+            mb_total[name] += mb
+            extra = f"  {mb:8.2f} MB {mb / us * 1e3:7.0f} GB/s"
+            fl = floor_us(floors, mb) if floors else None
+            if fl:
+                floor_total[name] += fl
+                extra += f"  floor {fl:6.2f} us ({us / fl:4.1f}x)"
+        print(f"{i:4d} {us:8.2f} us  {name:40s} grid {r.get('Grid Size', '?'):>16s} block {r.get('Block Size', '?')}{extra}")
     s = sum(total.values())
-    print(f"--- {len(rs)} launches, {s:.1f} us in all (serialized, cold caches)")
+    print(f"--- {len(rs)} launches, {s:.1f} us in all (serialized, cold caches)", end="")
+    if floor_total:
+        print(f"; their one-shot floors {sum(floor_total.values()):.1f} us", end="")
+    print()
     for name, us in total.most_common():
-        print(f"{us:9.1f} us {100 * us / s:5.1f}%  {count[name]:3d}x  {name}")
+        line = f"{us:9.1f} us {100 * us / s:5.1f}%  {count[name]:3d}x  {name}"
+        if name in mb_total:
+            line += f"  {mb_total[name]:9.2f} MB"
+        if name in floor_total:
+            line += f"  floors {floor_total[name]:7.1f} us"
+        print(line)
 
 
 if __name__ == "__main__":
