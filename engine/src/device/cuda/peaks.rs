@@ -35,8 +35,10 @@ pub fn copy_bandwidth(gpu: &Gpu) -> Result<f64> {
 }
 
 /// Sizes of the one-shot read probe: the empty kernel, then 1 to 64 MiB (a decode step's
-/// launches read from a few KB to the 32-MB attention linears and the ~50-MB expert projections).
-const READ_SIZES: [usize; 8] = [
+/// launches read from a few KB to the 32-MB attention linears and the ~50-MB expert projections),
+/// and 256 MiB, where a launch is long enough that its start and end no longer count (the
+/// steady read rate, and the segment a stage's larger shares are extrapolated along).
+const READ_SIZES: [usize; 9] = [
     0,
     1 << 20,
     2 << 20,
@@ -45,6 +47,7 @@ const READ_SIZES: [usize; 8] = [
     16 << 20,
     32 << 20,
     64 << 20,
+    256 << 20,
 ];
 /// Launches per timed graph of the probe.
 const READ_CHAIN: usize = 32;
