@@ -439,4 +439,75 @@ mod tests {
         assert!(s.contains("empty 2.00 µs; 1 MiB 4.0 µs (262 GB/s, 9% of copy); 32 MiB 16.0 µs (2097 GB/s, 70% of copy)\n"), "{s}");
         assert_eq!(render_read_floors(&[], 3e12), "");
     }
+
+    #[test]
+    fn gpu_report_gives_each_stage_its_one_shot_floor_and_sums_them() {
+        use amdahl_engine::device::profiling::{BatchProfile, DeviceFacts};
+        // Two stages: attn_proj 4 launches reading 64 MiB (16 MiB each: 10 µs, so 40 µs) in
+        // 100 µs; mhc 2 launches reading nothing (2 µs each) in 10 µs.
+        let mut clock = StageClock::default();
+        clock.add_measured(Stage::AttnProj, Duration::from_micros(100));
+        clock.charge(Stage::AttnProj, 64 << 20, 1);
+        clock.add_measured(Stage::Mhc, Duration::from_micros(10));
+        clock.charge(Stage::Mhc, 0, 1);
+        let mut launches = [0u64; 8];
+        launches[0] = 2;
+        launches[1] = 4;
+        let batch = BatchProfile {
+            batch: 1,
+            step_seconds: 200e-6,
+            timed_step_seconds: 200e-6,
+            eager_step_seconds: 250e-6,
+            host_seconds: 1e-6,
+            clock: clock.clone(),
+            eager_clock: clock,
+            launches,
+            blocks: [132; 8],
+            max_blocks: [132; 8],
+            experts_touched: 0.0,
+        };
+        let r = ProfileReport {
+            device: DeviceFacts {
+                label: "cuda:0".into(),
+                name: "test GPU".into(),
+                compute_capability: (9, 0),
+                sms: 132,
+                total_mem: 1 << 30,
+            },
+            peaks: Peaks {
+                bandwidth: 3e12,
+                flops: 8e14,
+            },
+            layers: 1,
+            ctx: 8192,
+            expert_format: "nvfp4".into(),
+            weight_bytes: 0,
+            batches: vec![batch],
+            prefill: None,
+            kernels: "test".into(),
+            read_floors: [
+                (0, 2e-6),
+                (1 << 20, 3e-6),
+                (16 << 20, 10e-6),
+                (64 << 20, 28e-6),
+            ]
+            .map(|(bytes, seconds)| ReadFloor { bytes, seconds })
+            .to_vec(),
+        };
+        let s = render(&r);
+        assert!(s.contains("one-shot reads (per launch"), "{s}");
+        let row = |stage: &str| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("{stage} ")))
+                .unwrap_or_else(|| panic!("no {stage} row in\n{s}"))
+                .to_string()
+        };
+        assert!(row("attn_proj").ends_with("    0.0400"), "{s}");
+        assert!(row("mhc").ends_with("    0.0040"), "{s}");
+        // 44 µs of the 200-µs step; the 6 launches alone 12 µs.
+        assert!(
+            s.contains("one-shot floor: the step's 6 launches as pure reads of their stages' bytes would take 0.044 ms (22% of the graph's 0.200 ms), 0.012 ms of it the launches alone (2.00 µs each)"),
+            "{s}"
+        );
+    }
 }
