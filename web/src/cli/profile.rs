@@ -10,7 +10,7 @@ use amdahl_engine::device::profiling::{
     ExpertFormat, PrefillProfile, ProfileOptions, ProfileReport, ReadFloor, oneshot_seconds,
 };
 use amdahl_engine::profile::Stage;
-use amdahl_engine::profile::report::{Peaks, Report};
+use amdahl_engine::profile::report::{Peaks, Report, amdahl_gain};
 use anyhow::{Context, bail};
 
 #[derive(Debug, clap::Args)]
@@ -213,6 +213,7 @@ pub fn render(r: &ProfileReport) -> String {
             "1-shot ms"
         );
         let (mut shot_sum, mut shot_launches) = (0.0, 0u64);
+        let mut bounded = Vec::new();
         for l in &rep.lines {
             let i = Stage::ALL.iter().position(|x| *x == l.stage).unwrap_or(7);
             if l.seconds <= 0.0 && b.launches[i] == 0 {
@@ -224,6 +225,9 @@ pub fn render(r: &ProfileReport) -> String {
                 "-".into()
             };
             let shot = oneshot(b.launches[i], l.bytes);
+            if let Some(t) = shot.filter(|&t| t > 0.0 && l.share >= 0.05) {
+                bounded.push((l.stage, l.seconds, t, b.launches[i]));
+            }
             shot_sum += shot.unwrap_or(0.0);
             shot_launches += b.launches[i];
             s += &format!(
@@ -251,6 +255,18 @@ pub fn render(r: &ProfileReport) -> String {
                 b.step_seconds * 1e3,
                 shot_launches as f64 * empty.seconds * 1e3,
                 empty.seconds * 1e6
+            );
+        }
+        for (stage, secs, shot, n) in bounded {
+            let most = (secs / shot).max(1.0);
+            s += &format!(
+                "  - {} in its {} launches can be at most {:.1}× faster ({:+.0}% tok/s) before it needs fewer launches: \
+                 as pure reads they take {:.4} ms\n",
+                stage.label(),
+                n,
+                most,
+                100.0 * amdahl_gain(rep.step_seconds, secs, most),
+                shot * 1e3
             );
         }
         for line in rep.sentences("decode") {
@@ -444,11 +460,11 @@ mod tests {
     fn gpu_report_gives_each_stage_its_one_shot_floor_and_sums_them() {
         use amdahl_engine::device::profiling::{BatchProfile, DeviceFacts};
         // Two stages: attn_proj 4 launches reading 64 MiB (16 MiB each: 10 µs, so 40 µs) in
-        // 100 µs; mhc 2 launches reading nothing (2 µs each) in 10 µs.
+        // 100 µs; mhc 2 launches reading nothing (2 µs each) in 12 µs.
         let mut clock = StageClock::default();
         clock.add_measured(Stage::AttnProj, Duration::from_micros(100));
         clock.charge(Stage::AttnProj, 64 << 20, 1);
-        clock.add_measured(Stage::Mhc, Duration::from_micros(10));
+        clock.add_measured(Stage::Mhc, Duration::from_micros(12));
         clock.charge(Stage::Mhc, 0, 1);
         let mut launches = [0u64; 8];
         launches[0] = 2;
@@ -507,6 +523,16 @@ mod tests {
         // 44 µs of the 200-µs step; the 6 launches alone 12 µs.
         assert!(
             s.contains("one-shot floor: the step's 6 launches as pure reads of their stages' bytes would take 0.044 ms (22% of the graph's 0.200 ms), 0.012 ms of it the launches alone (2.00 µs each)"),
+            "{s}"
+        );
+        // attn_proj: 100 µs against 40 as pure reads, 2.5× at most: 200 → 140 µs, +43% tok/s;
+        // mhc (6% of the step) too: 12 against 4 µs, 3× at most: 200 → 192 µs.
+        assert!(
+            s.contains("attn_proj in its 4 launches can be at most 2.5× faster (+43% tok/s) before it needs fewer launches: as pure reads they take 0.0400 ms"),
+            "{s}"
+        );
+        assert!(
+            s.contains("mhc in its 2 launches can be at most 3.0× faster (+4% tok/s)"),
             "{s}"
         );
     }
