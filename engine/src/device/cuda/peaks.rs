@@ -49,8 +49,16 @@ const READ_SIZES: [usize; 9] = [
     64 << 20,
     256 << 20,
 ];
-/// Launches per timed graph of the probe.
-const READ_CHAIN: usize = 32;
+
+/// Launches per timed graph of the probe: at least 32, and enough that one graph reads 256 MiB,
+/// so a replay finds none of the previous replay's slices in L2 (50–60 MB on an H100 / H200).
+fn read_chain(bytes: usize) -> usize {
+    if bytes == 0 {
+        32
+    } else {
+        (256usize << 20).div_ceil(bytes).max(32)
+    }
+}
 
 /// One-shot reads: per size, the device time per launch of a chain of `probe_read` launches in
 /// one CUDA graph (launched as the decode step's kernels are, programmatic where they are), each
@@ -63,9 +71,9 @@ pub fn read_floors(gpu: &Gpu) -> Result<Vec<ReadFloor>> {
     let (a, b) = (gpu.event()?, gpu.event()?);
     let mut out = Vec::new();
     for &bytes in &READ_SIZES {
-        let slices = pool / bytes.max(1);
+        let (slices, chain) = (pool / bytes.max(1), read_chain(bytes));
         gpu.begin_capture()?;
-        let r = (0..READ_CHAIN).try_for_each(|i| {
+        let r = (0..chain).try_for_each(|i| {
             let at = src.ptr() + ((i % slices) * bytes) as u64;
             gpu.launch(
                 ku::PROBE_READ,
@@ -92,7 +100,7 @@ pub fn read_floors(gpu: &Gpu) -> Result<Vec<ReadFloor>> {
         }
         out.push(ReadFloor {
             bytes: bytes as u64,
-            seconds: best / READ_CHAIN as f64,
+            seconds: best / chain as f64,
         });
     }
     Ok(out)
