@@ -141,8 +141,9 @@ pub struct ProfileReport {
 
 /// The device time of one kernel that reads `bytes` once from DRAM, launched back to back with
 /// others like it in a CUDA graph, as a decode step launches its kernels (`bytes` 0: an empty
-/// kernel, the cost of a launch alone). No kernel of a step that reads `bytes` in one launch can
-/// take less, whatever it computes: small launches are paced by this, not by the copy bandwidth.
+/// kernel, the cost of a launch alone). It is a plain streaming read at full occupancy, not a
+/// proven bound, but a kernel that must read as many bytes from DRAM in one launch does well to
+/// come near it: small launches are paced by this, not by the copy bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReadFloor {
     pub bytes: u64,
