@@ -22,33 +22,31 @@ SCALE_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1
 
 
 SCALE_B = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
-BYTE_UNIT = ["byte"]
 
 
 def rows(path):
-    """The launch rows and the duration column's unit (the row after the header; the DRAM
-    bytes column's unit is kept in BYTE_UNIT)."""
+    """The launch rows and the units of the duration and DRAM bytes columns (the row after the
+    header)."""
     with open(path, newline="") as f:
         lines = [ln for ln in f if ln.startswith('"')]
-    out, unit = [], "nsecond"
+    out, unit, byte_unit = [], "nsecond", "byte"
     for r in csv.DictReader(lines):
         if not r.get("ID", "").strip().isdigit():
             for key, v in r.items():
                 if key and key.startswith("gpu__time_duration") and v:
                     unit = v.strip()
                 if key and key.startswith("dram__bytes_read") and v:
-                    BYTE_UNIT[0] = v.strip()
+                    byte_unit = v.strip()
             continue
         out.append(r)
-    return out, unit
+    return out, unit, byte_unit
 
 
-def dram_mb(r):
-    """DRAM bytes read (MB), or None where the report lacks the metric (its unit from the row
-    under the header)."""
+def dram_mb(r, byte_unit):
+    """DRAM bytes read (MB), or None where the report lacks the metric."""
     for key, v in r.items():
         if key and key.startswith("dram__bytes_read") and v:
-            return float(v.replace(",", "")) * SCALE_B[BYTE_UNIT[0]] / 1e6
+            return float(v.replace(",", "")) * SCALE_B[byte_unit] / 1e6
     return None
 
 
@@ -83,7 +81,7 @@ def main():
 
         with open(a.floors) as f:
             floors = json.load(f).get("read_floors", [])
-    rs, unit = rows(a.csv)
+    rs, unit, byte_unit = rows(a.csv)
     rs = rs[a.skip:]
     if a.step:
         rs = rs[: a.step]
@@ -99,7 +97,7 @@ def main():
         total[name] += us
         count[name] += 1
         extra = ""
-        mb = dram_mb(r)
+        mb = dram_mb(r, byte_unit)
         if mb is not None:
             mb_total[name] += mb
             extra = f"  {mb:8.2f} MB {mb / us * 1e3:7.0f} GB/s"

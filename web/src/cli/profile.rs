@@ -1,8 +1,8 @@
 //! `amdahl profile`: decode steps of a dummy-weight DeepSeek-V4-Flash (real widths, random
 //! weights generated on the GPU) at several batch sizes, replayed as CUDA graphs; prints per
 //! batch the per-layer decode time, each stage's device time, bytes, achieved bandwidth against
-//! the copy bandwidth measured in the same run, launch sizes against the SMs, and the Amdahl
-//! projections.
+//! the copy bandwidth measured in the same run, launch sizes against the SMs, the Amdahl
+//! projections, and each stage's one-shot floor (its launches as pure reads of its bytes).
 
 use std::path::PathBuf;
 

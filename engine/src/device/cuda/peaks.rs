@@ -1,6 +1,7 @@
 //! The GPU's roofline peaks, measured on the device itself: streaming copy bandwidth (bytes read
-//! plus bytes written by a 16-byte-per-thread copy kernel over 2 × 1 GiB, best of 10) and a bf16
-//! GEMM through cuBLAS (8192³, f32 accumulation, best of 5).
+//! plus bytes written by a 16-byte-per-thread copy kernel over 2 × 1 GiB, best of 10), a bf16
+//! GEMM through cuBLAS (8192³, f32 accumulation, best of 5), and the one-shot reads: the time
+//! one launch that only reads N bytes takes, for the stages' launch-bound floors.
 
 use cudarc::cublas::result as blas;
 use cudarc::cublas::sys as bsys;
