@@ -207,11 +207,12 @@ if [[ " $what " == *" ncufull "* ]] && command -v ncu >/dev/null; then
 fi
 if [[ " $what " == *" hot "* ]] && command -v ncu >/dev/null; then
   # One launch of each kernel in HOT (regex@batch, e.g. HOT="sparse_attn_partial@1"): its full
-  # ncu sections and the SASS lines holding the most warp-stall samples (tools/gpu/hot.py).
+  # ncu sections and the SASS lines holding the most warp-stall samples (tools/gpu/hot.py);
+  # HOT_SKIP launches of it are passed over first.
   for kb in ${HOT:-sparse_attn_partial@1}; do
     kr=${kb%@*}; b=${kb##*@}; tag=$(echo "${kr}_b$b" | tr -c 'A-Za-z0-9_\n' '_')
     rm -f /tmp/hot.ncu-rep
-    timeout 200 ncu --set full --import-source no -k "regex:$kr" --launch-count 1 --export /tmp/hot -f \
+    timeout 200 ncu --set full --import-source no -k "regex:$kr" --launch-skip ${HOT_SKIP:-0} --launch-count 1 --export /tmp/hot -f \
       .gpu/amdahl profile --dummy v4-flash --layers ${HOT_LAYERS:-1} --batch "$b" --ctx 8192 --steps 1 >/tmp/hot.log 2>&1
     ncu --import /tmp/hot.ncu-rep >"$OUT/hot_$tag.txt" 2>&1
     ncu --import /tmp/hot.ncu-rep --page source --csv --print-source sass >/tmp/hot_src.csv 2>/dev/null
