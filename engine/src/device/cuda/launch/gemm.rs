@@ -22,8 +22,8 @@ pub const GEMM_MIN_TOKENS: usize = 33;
 /// Tokens from which blocks take 128 tokens instead of 64 (prefill chunks).
 pub const GEMM_WIDE_TOKENS: usize = 256;
 
-/// Forced on (1) or off (0), or unset (`u8::MAX`: `AMDAHL_GEMM=0` turns the GEMM off, for
-/// measurements against the decode kernels).
+/// Forced on (1) or off (0), or unset (`u8::MAX`: `AMDAHL_GEMM=0` turns the GEMM off and
+/// `AMDAHL_GEMM=<tokens>` moves its threshold, for measurements against the decode kernels).
 static FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
 
 /// Forces the GEMM on (at any token count it can take) or off (`None`: the default rule).
@@ -43,7 +43,18 @@ pub fn gemm_applies(w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
     fits && match FORCE.load(Ordering::Relaxed) {
         0 => false,
         1 => m > 0,
-        _ => m >= GEMM_MIN_TOKENS && std::env::var("AMDAHL_GEMM").map_or(true, |v| v != "0"),
+        _ => m >= gemm_min_tokens(std::env::var("AMDAHL_GEMM").ok().as_deref()),
+    }
+}
+
+/// The fewest tokens the GEMM takes under `AMDAHL_GEMM` (`setting`): `0` turns it off, a count
+/// moves the threshold (measurements of the GEMM at decode batches), anything else keeps
+/// [`GEMM_MIN_TOKENS`].
+fn gemm_min_tokens(setting: Option<&str>) -> usize {
+    match setting.map(str::parse::<usize>) {
+        Some(Ok(0)) => usize::MAX,
+        Some(Ok(n)) => n,
+        _ => GEMM_MIN_TOKENS,
     }
 }
 
@@ -261,6 +272,14 @@ mod tests {
             assert!(ks == 1 || steps / ks >= 2, "{tiles} {steps}: {ks}");
             assert!(ks == 1 || tiles * ks * rows * tokens * 4 <= SPLIT_WS_BYTES);
         }
+    }
+
+    #[test]
+    fn the_environment_moves_or_stops_the_threshold() {
+        assert_eq!(gemm_min_tokens(None), GEMM_MIN_TOKENS);
+        assert_eq!(gemm_min_tokens(Some("0")), usize::MAX);
+        assert_eq!(gemm_min_tokens(Some("9")), 9);
+        assert_eq!(gemm_min_tokens(Some("on")), GEMM_MIN_TOKENS);
     }
 
     #[test]
