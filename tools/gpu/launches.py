@@ -21,6 +21,10 @@ import sys
 SCALE_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
+# The columns read: ncu's raw page also lists .avg/.min/.max of a metric, each in its own unit.
+TIME, DRAM = "gpu__time_duration.sum", "dram__bytes_read.sum"
+
+
 SCALE_B = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
@@ -33,9 +37,9 @@ def rows(path):
     for r in csv.DictReader(lines):
         if not r.get("ID", "").strip().isdigit():
             for key, v in r.items():
-                if key and key.startswith("gpu__time_duration") and v:
+                if key == TIME and v:
                     unit = v.strip()
-                if key and key.startswith("dram__bytes_read") and v:
+                if key == DRAM and v:
                     byte_unit = v.strip()
             continue
         out.append(r)
@@ -44,10 +48,8 @@ def rows(path):
 
 def dram_mb(r, byte_unit):
     """DRAM bytes read (MB), or None where the report lacks the metric."""
-    for key, v in r.items():
-        if key and key.startswith("dram__bytes_read") and v:
-            return float(v.replace(",", "")) * SCALE_B[byte_unit] / 1e6
-    return None
+    v = r.get(DRAM)
+    return float(v.replace(",", "")) * SCALE_B[byte_unit] / 1e6 if v else None
 
 
 def floor_us(floors, mb):
@@ -62,10 +64,10 @@ def floor_us(floors, mb):
 
 
 def duration_us(r, unit):
-    for key, v in r.items():
-        if key and key.startswith("gpu__time_duration"):
-            return float(v.replace(",", "")) * SCALE_US[unit]
-    raise KeyError("gpu__time_duration.sum not in the report")
+    v = r.get(TIME)
+    if v is None:
+        raise KeyError(f"{TIME} not in the report")
+    return float(v.replace(",", "")) * SCALE_US[unit]
 
 
 def main():
