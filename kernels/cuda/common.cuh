@@ -89,9 +89,9 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     __syncthreads();
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    float t = 0.f;
-    for (int i = 0; i < nw; i++) t += scratch[i];
-    return t;
+    // The warps' sums by one more butterfly (every lane, hence every thread, gets the same
+    // bits: each level adds the same two values), not a serial loop over nw of them.
+    return warp_sum(lane < nw ? scratch[lane] : 0.f);
 }
 
 __device__ __forceinline__ float block_max(float v, float* scratch) {
@@ -100,9 +100,7 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     __syncthreads();
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    float t = NEG_INF;
-    for (int i = 0; i < nw; i++) t = fmaxf(t, scratch[i]);
-    return t;
+    return warp_max(lane < nw ? scratch[lane] : NEG_INF);
 }
 
 // Exclusive prefix sum of `v` over the block (in thread order); `scratch` holds >= 33 ints.
