@@ -17,7 +17,10 @@ def main():
     a = ap.parse_args()
     with open(a.csv, newline="") as f:
         lines = [ln for ln in f if ln.startswith('"')]
-    rows = list(csv.DictReader(lines))
+    # ncu heads the table with a line naming the kernel ("Kernel Name","hc_pre"): the table's
+    # own header is the first line naming the stall samples.
+    head = next((i for i, ln in enumerate(lines) if "Warp Stall Sampling" in ln), 0)
+    rows = list(csv.DictReader(lines[head:]))
     if not rows:
         sys.exit(f"no source rows in {a.csv}")
     cols = [c for c in rows[0].keys() if c]
