@@ -18,11 +18,11 @@ import csv
 import sys
 
 
-SCALE_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
-
-
 # The columns read: ncu's raw page also lists .avg/.min/.max of a metric, each in its own unit.
 TIME, DRAM = "gpu__time_duration.sum", "dram__bytes_read.sum"
+
+
+SCALE_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
 SCALE_B = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
