@@ -6,6 +6,8 @@
 #define MIX_PARTS 128  // most partials per row (amdahl-kernels mhc::MIX_PARTS)
 #define POST_COLS 32  // columns per hc_post block and partial (amdahl-kernels mhc::post_parts)
 #define POST_TOK 4  // most tokens per hc_post block (amdahl-kernels mhc::POST_TOK)
+#define ROWS_COLS 128  // columns per hc_post_rows block, a float4 per lane (amdahl-kernels mhc::ROWS_COLS)
+#define ROWS_TOK 8  // tokens per hc_post_rows block, a warp each (amdahl-kernels mhc::ROWS_TOK)
 #define PRE_THREADS 1024  // hc_pre block size (amdahl-kernels mhc::PRE_THREADS)
 #define PRE_PER 1  // float4 columns per thread loaded ahead in hc_pre (2 spills at 64 registers)
 
@@ -336,6 +338,104 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(float* __restrict__ X,
             if (lane == 0) out[MAX_MIX] = s2;
         }
     }
+}
+
+// The sums over a warp's lanes of 32 values a[0..32) per lane, lane i ending with value i's
+// total in a[0]: at each of 5 levels a lane keeps the half of its values named by its bit,
+// adds its partner's copy of that half and sends the other (31 shuffles, not 5 per value).
+__device__ __forceinline__ void warp_sum32(float (&a)[32]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < 5; s++) {
+        const int o = 16 >> s;
+        const bool up = lane & o;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            if (i >= o) break;
+            const float send = up ? a[i] : a[i + o];
+            const float keep = up ? a[i + o] : a[i];
+            a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+}
+
+// The next site's mixing weights of this hc_post_rows block's columns into shared memory: float4
+// row r < rows (row m·hc + k: mix row m, stream k) of D4, columns blockIdx.x·32 + lane.
+__device__ __forceinline__ void rows_stage_fn(const float* __restrict__ fn_next, int D4, int rows) {
+    extern __shared__ float4 sfn[];
+    if (!fn_next) return;
+    const float4* fn4 = reinterpret_cast<const float4*>(fn_next);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < rows * 32; i += blockDim.x) {
+        const int cc = blockIdx.x * (ROWS_COLS / 4) + (i & 31);
+        sfn[i] = cc < D4 ? __ldg(fn4 + (i64)(i >> 5) * D4 + cc) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// `hc_post` for many tokens: block (column group, token group) takes ROWS_COLS columns (a float4
+// per lane) of ROWS_TOK tokens (a warp each), so each X' value is computed by one thread (in
+// `hc_post` every warp of a block recomputes all of them: ncu, H100, 64 tokens: 37 µs per launch
+// for a 3.5 µs floor). With `fn_next`, the next site's mixing weights of the block's columns
+// ([nmix][hc][ROWS_COLS] floats, 48 KiB at hc 4) are staged in shared memory first — before
+// `pdl_enter()`: weights, which no kernel writes, so the loads overlap the previous kernel —
+// and each warp forms its token's nmix dot products and square sum from them, reduced by
+// `warp_sum32`: D / ROWS_COLS partials per token, the layout of `hc_mix_partial`. D % 4 == 0.
+extern "C" __global__ void __launch_bounds__(256) hc_post_rows(
+    float* __restrict__ X, const float* __restrict__ y, const float* __restrict__ mixbuf, int hc, int D, int T,
+    const float* __restrict__ fn_next, float* __restrict__ partial) {
+    rows_stage_fn(fn_next, D >> 2, (2 + hc) * hc * hc);
+    pdl_enter();
+    extern __shared__ float4 sfn[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int D4 = D >> 2, nmix = (2 + hc) * hc;
+    const int c4 = blockIdx.x * (ROWS_COLS / 4) + lane;
+    const int t = blockIdx.y * ROWS_TOK + warp;
+    float4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t < T && c4 < D4) {
+        const float* mb = mixbuf + (i64)t * (hc + hc * hc);
+        float4* X4 = reinterpret_cast<float4*>(X + (i64)t * hc * D);
+        const float4 yv = reinterpret_cast<const float4*>(y + (i64)t * D)[c4];
+        float4 old[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) old[j] = j < hc ? X4[j * D4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k >= hc) break;
+            const float p = mb[k];
+            float4 a = make_float4(p * yv.x, p * yv.y, p * yv.z, p * yv.w);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j >= hc) break;
+                const float cm = mb[hc + j * hc + k];
+                a.x += cm * old[j].x; a.y += cm * old[j].y; a.z += cm * old[j].z; a.w += cm * old[j].w;
+            }
+            v[k] = a;
+            X4[k * D4 + c4] = a;
+        }
+    }
+    if (!fn_next) return;
+    __syncthreads();  // the staged weights
+    if (t >= T) return;
+    float a[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) a[i] = 0.f;
+#pragma unroll
+    for (int m = 0; m < MAX_MIX; m++) {
+        if (m >= nmix) break;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k >= hc) break;
+            const float4 f = sfn[(m * hc + k) * 32 + lane];
+            a[m] += v[k].x * f.x + v[k].y * f.y + v[k].z * f.z + v[k].w * f.w;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) a[MAX_MIX] += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    warp_sum32(a);
+    if (lane < nmix || lane == MAX_MIX)
+        partial[((i64)t * gridDim.x + blockIdx.x) * (MAX_MIX + 1) + lane] = a[0];
 }
 
 // Final collapse of the rows `sel[r]` of X: pre = sigmoid(mix·scale + base) + eps, y = Σ pre_i X_i,

@@ -280,13 +280,15 @@ pub mod mhc {
     pub const HC_MIX_PARTIAL: Entry = e("mhc", "hc_mix_partial");
     pub const HC_PRE: Entry = e("mhc", "hc_pre");
     pub const HC_POST: Entry = e("mhc", "hc_post");
+    pub const HC_POST_ROWS: Entry = e("mhc", "hc_post_rows");
     pub const HC_HEAD: Entry = e("mhc", "hc_head");
     pub const NORM_ROWS: Entry = e("mhc", "norm_rows");
-    pub const ALL: [Entry; 6] = [
+    pub const ALL: [Entry; 7] = [
         EMBED_ROWS,
         HC_MIX_PARTIAL,
         HC_PRE,
         HC_POST,
+        HC_POST_ROWS,
         HC_HEAD,
         NORM_ROWS,
     ];
@@ -310,6 +312,13 @@ pub mod mhc {
     /// Blocks per token of `hc_post`, and so the partials it leaves for the next `hc_pre`.
     pub fn post_parts(d: usize) -> usize {
         d.div_ceil(POST_COLS).clamp(1, MIX_PARTS)
+    }
+    /// Columns per `hc_post_rows` block (a float4 per lane) and tokens (a warp each).
+    pub const ROWS_COLS: usize = 128;
+    pub const ROWS_TOK: usize = 8;
+    /// Blocks per token of `hc_post_rows`, and so the partials it leaves (`d` ≤ 128 · 128).
+    pub fn rows_parts(d: usize) -> usize {
+        d.div_ceil(ROWS_COLS).clamp(1, MIX_PARTS)
     }
 }
 
@@ -607,6 +616,8 @@ mod tests {
             (MHC.source, "#define PRE_THREADS", mhc::PRE_THREADS),
             (MHC.source, "#define POST_COLS", mhc::POST_COLS),
             (MHC.source, "#define POST_TOK", mhc::POST_TOK),
+            (MHC.source, "#define ROWS_COLS", mhc::ROWS_COLS),
+            (MHC.source, "#define ROWS_TOK", mhc::ROWS_TOK),
             (MOE.source, "#define ROUTE_MAXE", moe::MAX_EXPERTS),
             (MOE.source, "#define ROUTE_MAXK", moe::MAX_TOP_K),
             (SAMPLE.source, "#define MAX_BANNED", sample::MAX_BANNED),
@@ -656,7 +667,12 @@ mod tests {
                     .split(';')
                     .map(|s| s.trim_start_matches([' ', '\\', '\n']).trim());
                 let mut first = stmts.next().unwrap_or("");
-                while first.starts_with("linear_prefetch<") || first.starts_with("f32x_prefetch<") {
+                // Before it only weights, which no kernel writes, may be read: L2 prefetches,
+                // or mHC mixing weights staged in shared memory (mhc.cu `hc_post_rows`).
+                while first.starts_with("linear_prefetch<")
+                    || first.starts_with("f32x_prefetch<")
+                    || first.starts_with("rows_stage_fn(")
+                {
                     first = stmts.next().unwrap_or("");
                 }
                 if first == "pdl_enter_after_weights()" {

@@ -226,7 +226,7 @@ fn kernel_choices(m: &GpuModel) -> String {
     format!(
         "programmatic launches {pdl}; indexer {:?}; route+plan {}; expert kernels {}; \
          streamed linears {} (FP8 decoded to {:?}); tiled GEMM {}; side stream {}; FP4 tiles {}; \
-         mHC post-mix tokens per block {}; L2 prefetch ahead: weights up to {} tokens, experts up \
+         mHC post-mix {}; L2 prefetch ahead: weights up to {} tokens, experts up \
          to {}",
         super::launch::indexer_kernels(),
         if super::launch::route_plan_fused() {
@@ -240,11 +240,8 @@ fn kernel_choices(m: &GpuModel) -> String {
         on("AMDAHL_GEMM"),
         on("AMDAHL_FORK"),
         on("AMDAHL_FP4_TILES"),
-        if super::launch::post_shares_tokens() {
-            "up to 4"
-        } else {
-            "1"
-        },
+        super::launch::post_mix_forced()
+            .map_or("rows from 8 tokens".to_string(), |p| format!("{p:?}")),
         m.l2_ahead_max_tokens,
         m.l2_ahead_experts_max_tokens,
     )

@@ -119,31 +119,66 @@ pub fn hc_pre(
     Ok(n + l.blocks())
 }
 
-/// Whether `hc_post` blocks take several tokens (the default; `AMDAHL_POST_TOKENS=1` keeps one
-/// token per block). H100, ninth session: mhc stage at b64 0.540 → 0.415 ms per step of 4
-/// layers, b16 0.229 → 0.196 (docs/PERF.md).
-pub fn post_shares_tokens() -> bool {
+/// The post-mix kernel of a step: `Token` (`hc_post`, one token per block, every warp of a
+/// block computing the block's X' values), `Shared` (`hc_post`, `km::POST_TOK` tokens per block,
+/// which load the next site's mixing weights once for all of them) or `Rows` (`hc_post_rows`:
+/// a warp per token over 128 columns, each X' value computed once, the weights staged in
+/// shared memory). `AMDAHL_POST=token|shared|rows` forces one; by default `Rows` from 8
+/// tokens, `Token` below (docs/PERF.md, fourteenth session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostMix {
+    Token,
+    Shared,
+    Rows,
+}
+
+/// Forced post-mix kernel (0 token, 1 shared, 2 rows) or unset (`u8::MAX`).
+static POST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Forces the post-mix kernel (`None`: the environment and the token count decide).
+#[cfg(test)]
+pub fn force_post_mix(v: Option<PostMix>) {
+    POST_FORCE.store(v.map_or(u8::MAX, |v| v as u8), Ordering::Relaxed);
+}
+
+/// The post-mix kernel forced by a test or `AMDAHL_POST`, if any.
+pub fn post_mix_forced() -> Option<PostMix> {
     match POST_FORCE.load(Ordering::Relaxed) {
-        0 => false,
-        1 => true,
-        _ => std::env::var("AMDAHL_POST_TOKENS").as_deref() != Ok("1"),
+        0 => Some(PostMix::Token),
+        1 => Some(PostMix::Shared),
+        2 => Some(PostMix::Rows),
+        _ => match std::env::var("AMDAHL_POST").as_deref() {
+            Ok("token") => Some(PostMix::Token),
+            Ok("shared") => Some(PostMix::Shared),
+            Ok("rows") => Some(PostMix::Rows),
+            _ => None,
+        },
     }
 }
 
-/// Forced (0 off, 1 on) or unset (`u8::MAX`): [`post_shares_tokens`].
-static POST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
+/// The post-mix kernel for `t` tokens of width `d` (`Rows` needs d ≤ 128 · `km::MIX_PARTS`).
+pub fn post_mix(t: usize, d: usize) -> PostMix {
+    let rows_fit = km::rows_parts(d) * km::ROWS_COLS >= d;
+    match post_mix_forced() {
+        Some(PostMix::Rows) if !rows_fit => PostMix::Token,
+        Some(p) => p,
+        None if t >= 8 && rows_fit => PostMix::Rows,
+        None => PostMix::Token,
+    }
+}
 
-/// Forces `hc_post`'s tokens per block on or off (`None`: the environment decides).
-#[cfg(test)]
-pub fn force_post_tokens(v: Option<bool>) {
-    POST_FORCE.store(v.map_or(u8::MAX, u8::from), Ordering::Relaxed);
+/// Mixing partials per token that the post-mix of `t` tokens of width `d` leaves for the next
+/// site's `hc_pre` (its `ready_parts`).
+pub fn post_parts(t: usize, d: usize) -> usize {
+    match post_mix(t, d) {
+        PostMix::Rows => km::rows_parts(d),
+        PostMix::Token | PostMix::Shared => km::post_parts(d),
+    }
 }
 
 /// The post-mix of a site, in place on `x`. `next` = (the next site's mixing weights, the
-/// partial buffer): also leaves that site's mixing partials (`km::post_parts(d)` per token),
-/// so its `hc_pre` runs with `ready_parts` and no pass of its own. With
-/// [`post_shares_tokens`], from 8 tokens a block takes `km::POST_TOK` tokens, loading those
-/// weights once for all of them.
+/// partial buffer): also leaves that site's mixing partials ([`post_parts`] per token), so its
+/// `hc_pre` runs with `ready_parts` and no pass of its own. The kernel is [`post_mix`]'s.
 #[allow(clippy::too_many_arguments)]
 pub fn hc_post(
     gpu: &Gpu,
@@ -156,22 +191,28 @@ pub fn hc_post(
     next: Option<(u64, u64)>,
 ) -> Result<u64> {
     let (fn_next, partial) = next.unwrap_or((0, 0));
-    let tpb = km::post_tokens(t, post_shares_tokens());
+    let mut args = Args::new();
+    args.ptr(x).ptr(y).ptr(mix).usize(hc).usize(d).usize(t);
+    let mode = post_mix(t, d);
+    if mode == PostMix::Rows {
+        if !d.is_multiple_of(4) || hc > 4 {
+            return Err(EngineError::Device(format!(
+                "hc_post_rows needs hidden_size % 4 == 0 and hc_mult <= 4 (got {d}, {hc})"
+            )));
+        }
+        let nmix = (2 + hc) * hc;
+        let smem = if fn_next != 0 {
+            nmix * hc * km::ROWS_COLS * 4
+        } else {
+            0
+        };
+        let l = Launch::new((km::rows_parts(d), t.div_ceil(km::ROWS_TOK), 1), 256, smem);
+        gpu.launch(km::HC_POST_ROWS, l, args.ptr(fn_next).ptr(partial))?;
+        return Ok(l.blocks());
+    }
+    let tpb = km::post_tokens(t, mode == PostMix::Shared);
     let l = Launch::new((km::post_parts(d), t.div_ceil(tpb), 1), 256, 0);
-    gpu.launch(
-        km::HC_POST,
-        l,
-        Args::new()
-            .ptr(x)
-            .ptr(y)
-            .ptr(mix)
-            .usize(hc)
-            .usize(d)
-            .usize(t)
-            .usize(tpb)
-            .ptr(fn_next)
-            .ptr(partial),
-    )?;
+    gpu.launch(km::HC_POST, l, args.usize(tpb).ptr(fn_next).ptr(partial))?;
     Ok(l.blocks())
 }
 

@@ -13,7 +13,6 @@ use super::super::state::StepBufs;
 use super::super::timer::StageTimer;
 use super::super::weights::{GCompressor, GLinear, GMoe};
 use super::{GpuModel, Shape};
-use amdahl_kernels::mhc as km;
 
 impl GpuModel {
     pub(super) fn layer(
@@ -62,7 +61,7 @@ impl GpuModel {
             lw.attn_norm.ptr(),
             bf.mix.ptr(),
             bf.mixp.ptr(),
-            if l > 0 { km::post_parts(d) } else { 0 },
+            if l > 0 { k::post_parts(t, d) } else { 0 },
             0,
             bf.u_bf.ptr(),
             t,
@@ -339,7 +338,7 @@ impl GpuModel {
             lw.ffn_norm.ptr(),
             bf.mix.ptr(),
             bf.mixp.ptr(),
-            km::post_parts(d),
+            k::post_parts(t, d),
             bf.u_f32.ptr(),
             bf.u_bf.ptr(),
             t,

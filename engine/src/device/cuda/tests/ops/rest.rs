@@ -8,7 +8,8 @@ use crate::ops::norm::rms_norm_rows;
 use crate::rng::Rng;
 use crate::tensor::Mat;
 
-/// 13 tokens: hc_post takes them 4 to a block, the last block 1.
+/// 13 tokens: hc_post takes them one or 4 to a block (the last block 1), hc_post_rows 8 (the
+/// last block 5).
 #[test]
 fn hyper_connections_match_the_cpu_at_v4_width() {
     let Some(g) = gpu() else { return };
@@ -81,7 +82,8 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
         )
         .unwrap();
     };
-    for share in [false, true] {
+    use k::PostMix::{Rows, Shared, Token};
+    for mode in [Token, Shared, Rows] {
         g.write(&xb, 0, &x).unwrap();
         pre(parts.ptr(), 0);
         let got_u: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
@@ -95,7 +97,8 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             &g,
             t * amdahl_kernels::mhc::MIX_PARTS * amdahl_kernels::mhc::MIX_STRIDE * 4,
         );
-        k::force_post_tokens(Some(share));
+        k::force_post_mix(Some(mode));
+        let ready = k::post_parts(t, d);
         let posted = k::hc_post(
             &g,
             xb.ptr(),
@@ -106,38 +109,40 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             t,
             Some((gh.fn_w.ptr(), poison_parts.ptr())),
         );
-        k::force_post_tokens(None);
+        k::force_post_mix(None);
         let blocks = posted.unwrap();
-        let per_token = amdahl_kernels::mhc::post_parts(d) as u64;
-        let want_blocks = if share {
-            per_token * 4
-        } else {
-            per_token * t as u64
+        // 4096 columns: 128 parts of 32 (one token per block, or 4: 4, 4, 4, 1) or 32 of 128
+        // (8 tokens per block: 8, 5).
+        let (want_ready, want_blocks) = match mode {
+            Token => (128, 128 * t as u64),
+            Shared => (128, 128 * 4),
+            Rows => (32, 32 * 2),
         };
-        assert_eq!(blocks, want_blocks, "hc_post blocks, share {share}");
+        assert_eq!(ready, want_ready, "{mode:?} partials per token");
+        assert_eq!(blocks, want_blocks, "hc_post blocks, {mode:?}");
         got_x = g.read(&xb, 0, t * hc * d).unwrap();
         let e = rel_l2(&got_x, &xp.data);
-        println!("hc_post (share {share}): rel l2 {e:.2e}");
-        assert!(e <= 1e-4, "hc_post (share {share}): {e:.3e}");
-        pre(poison_parts.ptr(), amdahl_kernels::mhc::post_parts(d));
+        println!("hc_post ({mode:?}): rel l2 {e:.2e}");
+        assert!(e <= 1e-4, "hc_post ({mode:?}): {e:.3e}");
+        pre(poison_parts.ptr(), ready);
         let got_ub: Vec<u16> = g.read(&ub, 0, t * d).unwrap();
         let got_u2: Vec<f32> = got_ub
             .iter()
             .map(|&b| f32::from_bits((b as u32) << 16))
             .collect();
         let e = rel_l2(&got_u2, &u2.data);
-        println!("hc_post partials → hc_pre (bf16 out, share {share}): rel l2 {e:.2e}");
+        println!("hc_post partials → hc_pre (bf16 out, {mode:?}): rel l2 {e:.2e}");
         assert!(e <= 4e-3, "hc_pre from post partials, bf16: {e:.3e}");
         let got_u2f: Vec<f32> = g.read(&uf, 0, t * d).unwrap();
         let e = rel_l2(&got_u2f, &u2.data);
-        println!("hc_post partials → hc_pre (f32 out, share {share}): rel l2 {e:.2e}");
+        println!("hc_post partials → hc_pre (f32 out, {mode:?}): rel l2 {e:.2e}");
         assert!(e <= 1e-4, "hc_pre from post partials: {e:.3e}");
         check_mix(&cmix2, "pre-mix from post partials");
     }
 
-    // The last layer's post-mix (no next site), blocks sharing tokens: X' alone. The mix
-    // buffer holds the second site's mixers now: put the first site's back.
-    for share in [false, true] {
+    // The last layer's post-mix (no next site), each kernel: X' alone. The mix buffer holds
+    // the second site's mixers now: put the first site's back.
+    for mode in [Token, Shared, Rows] {
         let xs = g.upload(&x).unwrap();
         let mix1: Vec<f32> = (0..t)
             .flat_map(|ti| {
@@ -147,17 +152,14 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             })
             .collect();
         let mb1 = g.upload(&mix1).unwrap();
-        k::force_post_tokens(Some(share));
+        k::force_post_mix(Some(mode));
         let posted = k::hc_post(&g, xs.ptr(), yb.ptr(), mb1.ptr(), hc, d, t, None);
-        k::force_post_tokens(None);
+        k::force_post_mix(None);
         posted.unwrap();
         let got: Vec<f32> = g.read(&xs, 0, t * hc * d).unwrap();
         let e = rel_l2(&got, &xp.data);
-        println!("hc_post without partials (share {share}): rel l2 {e:.2e}");
-        assert!(
-            e <= 1e-4,
-            "hc_post without partials (share {share}): {e:.3e}"
-        );
+        println!("hc_post without partials ({mode:?}): rel l2 {e:.2e}");
+        assert!(e <= 1e-4, "hc_post without partials ({mode:?}): {e:.3e}");
     }
 
     // The hyper-head collapse of selected rows, then the output norm, as bf16.
