@@ -167,7 +167,7 @@ if [[ " $what " == *" launches "* ]] && command -v ncu >/dev/null; then
   for b in ${LAUNCH_BATCH:-1 16}; do
     rm -f /tmp/launches.ncu-rep
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --export /tmp/launches -f \
-      -k 'regex:^(compressor|indexer|kv_prep|q_prep|ring_store|rope|sparse_attn|linear_|stream_|gemm_reduce|gemm_swiglu|gemm_[a-z0-9]+_m|embed|hc_|norm_rows|moe_|plan_identity|sample_rows|topk)' \
+      -k 'regex:^(compressor|indexer|kv_prep|q_prep|ring_store|rope|sparse_attn|linear_|stream_|gemm_reduce|gemm_swiglu|gemm_[a-z0-9_]+_m|embed|hc_|norm_rows|moe_|plan_identity|sample_rows|topk)' \
       --launch-count ${LAUNCH_COUNT:-130} .gpu/amdahl profile --dummy v4-flash --layers ${LAYERS:-4} --batch "$b" --ctx 8192 \
       --steps 1 >"$OUT/launches_b$b.log" 2>&1
     ncu --import /tmp/launches.ncu-rep --csv --page raw >"$OUT/launches_b$b.csv" 2>>"$OUT/launches_b$b.log"
