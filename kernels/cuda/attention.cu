@@ -220,20 +220,6 @@ extern "C" __global__ void __launch_bounds__(1024) compressor_update(
     }
 }
 
-__device__ __forceinline__ const u16* cand_row(int c, int n_win, int p, int start, int row0,
-                                               int slot, const u16* kv_step, const u16* ring,
-                                               const u16* entries, const int* topk_row, int kind,
-                                               int W, int d, int maxE) {
-    if (c < n_win) {
-        int pos = p - n_win + 1 + c;
-        if (pos >= start) return kv_step + (i64)(row0 + pos - start) * d;
-        return ring + ((i64)slot * W + pos % W) * d;
-    }
-    int j = c - n_win;
-    int e = kind == 2 ? topk_row[j] : j;
-    return entries + ((i64)slot * maxE + e) * d;
-}
-
 // Split-K sparse attention on tensor cores: block (split, group of HG heads, row) attends
 // its heads of one query row over candidates [split·chunk, (split+1)·chunk) of its list (window
 // rows, then compressed entries: all visible for HCA (kind 1), the indexer's top-k for CSA
@@ -265,6 +251,7 @@ __device__ __forceinline__ void sparse_attn_body(
     u16* ql = qs + HG * ld;                                      // [HG][ld] q - bf16(q)
     u16* kvs = ql + HG * ld;                                             // [NBUF][TILE][ld]
     float* S = reinterpret_cast<float*>(kvs + ATT_NBUF * ATT_TILE * ld);  // [KQ][HG][ATT_SLD]
+    // then (CSA) the split's top-k entry indices, chunk ints (the launcher sizes both)
     const int sp = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tq = lane & 3, mh = warp / WPT, j = warp % WPT, wq = j & 3, kp = j >> 2;
@@ -284,16 +271,47 @@ __device__ __forceinline__ void sparse_attn_body(
         }
         return;
     }
-    const int* trow = kind == 2 ? topk_idx + (i64)t * topk : nullptr;
+    // CSA: this split's top-k entry indices into shared memory once (after S), so a tile's
+    // gather reads them there instead of waiting on a global load per 16-byte piece.
+    int* tks = reinterpret_cast<int*>(S + ATT_HG * ATT_SLD);
+    if (kind == 2) {
+        const int* trow = topk_idx + (i64)t * topk;
+        for (int i = tid; i < c_end - c_begin; i += ATT_THREADS) {
+            const int c = c_begin + i;
+            tks[i] = c >= n_win ? trow[c - n_win] : 0;
+        }
+        __syncthreads();
+    }
+    // This thread's 16-byte pieces of a tile (row, piece), fixed across tiles: the divisions once.
     const int vpr = d / 8;  // 16-byte pieces per row
+    const int p_mod_w = p % W;  // back < n_win <= W: one wrap at most
+    constexpr int LPT = ATT_TILE * (ATT_MAXD / 8) / ATT_THREADS;
+    int ljr[LPT], lv[LPT];
+#pragma unroll
+    for (int u = 0; u < LPT; u++) {
+        const int i = tid + u * ATT_THREADS;
+        ljr[u] = i < ATT_TILE * vpr ? i / vpr : ATT_TILE;
+        lv[u] = i % vpr;
+    }
     auto load_tile = [&](int c0, int buf) {
-        for (int i = tid; i < ATT_TILE * vpr; i += ATT_THREADS) {
-            const int jr = i / vpr, v = i % vpr, c = c0 + jr;
-            u16* dst = kvs + (buf * ATT_TILE + jr) * ld + v * 8;
+#pragma unroll
+        for (int u = 0; u < LPT; u++) {
+            if (ljr[u] >= ATT_TILE) continue;
+            const int c = c0 + ljr[u];
+            u16* dst = kvs + (buf * ATT_TILE + ljr[u]) * ld + lv[u] * 8;
             if (c < c_end) {
-                const u16* row = cand_row(c, n_win, p, start, row0, slot, kv_step, ring, entries,
-                                          trow, kind, W, d, maxE);
-                cp_async16(dst, row + v * 8);
+                const u16* row;
+                if (c < n_win) {
+                    // pos = p − back; its ring slot pos mod W from p's, with no division.
+                    const int back = n_win - 1 - c, pos = p - back;
+                    const int r = p_mod_w - back;
+                    row = pos >= start ? kv_step + (i64)(row0 + pos - start) * d
+                                       : ring + ((i64)slot * W + (r < 0 ? r + W : r)) * d;
+                } else {
+                    const int e = kind == 2 ? tks[c - c_begin] : c - n_win;
+                    row = entries + ((i64)slot * maxE + e) * d;
+                }
+                cp_async16(dst, row + lv[u] * 8);
             } else {
                 *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
             }

@@ -360,15 +360,24 @@ __device__ __forceinline__ void warp_sum32(float (&a)[32]) {
 }
 
 // The next site's mixing weights of this hc_post_rows block's columns into shared memory: float4
-// row r < rows (row m·hc + k: mix row m, stream k) of D4, columns blockIdx.x·32 + lane.
+// row r < rows (row m·hc + k: mix row m, stream k) of D4, columns blockIdx.x·32 + lane. Blocks
+// of 256 threads.
 __device__ __forceinline__ void rows_stage_fn(const float* __restrict__ fn_next, int D4, int rows) {
     extern __shared__ float4 sfn[];
     if (!fn_next) return;
     const float4* fn4 = reinterpret_cast<const float4*>(fn_next);
-#pragma unroll 4
-    for (int i = threadIdx.x; i < rows * 32; i += blockDim.x) {
-        const int cc = blockIdx.x * (ROWS_COLS / 4) + (i & 31);
-        sfn[i] = cc < D4 ? __ldg(fn4 + (i64)(i >> 5) * D4 + cc) : make_float4(0.f, 0.f, 0.f, 0.f);
+    // At most MAX_MIX · 4 rows of 32: 12 float4 per thread of 256, all loaded before any store.
+    constexpr int PER = MAX_MIX * 4 * 32 / 256;
+    float4 v[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = threadIdx.x + u * 256, cc = blockIdx.x * (ROWS_COLS / 4) + (i & 31);
+        v[u] = i < rows * 32 && cc < D4 ? __ldg(fn4 + (i64)(i >> 5) * D4 + cc) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = threadIdx.x + u * 256;
+        if (i < rows * 32) sfn[i] = v[u];
     }
 }
 

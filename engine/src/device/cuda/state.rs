@@ -46,7 +46,10 @@ pub fn max_candidates(cfg: &ModelConfig, kind: AttnKind, max_len: usize) -> usiz
 
 /// Split count of the sparse attention for `t` query rows: one block per SM (each holds ~205 KB
 /// of shared memory at d = 512), at least one 32-row tile per split. More splits would only add
-/// partial rows for the combine to read.
+/// partial rows for the combine to read. The count is then cut to the splits the tile-rounded
+/// chunk leaves rows for, so that no split of a full-length query is empty (128 window rows in
+/// 3 splits are chunks of 64: two splits, not a third empty one whose blocks start, write `-inf`
+/// and have their partials read by the combine).
 pub fn attn_splits(
     cfg: &ModelConfig,
     kind: AttnKind,
@@ -57,8 +60,10 @@ pub fn attn_splits(
     let cand = max_candidates(cfg, kind, max_len);
     let groups = cfg.num_heads.div_ceil(ka::HEADS_PER_BLOCK);
     let want = sms.div_ceil((t * groups).max(1));
-    want.clamp(1, cand.div_ceil(ka::TILE_ROWS).max(1))
-        .min(ka::MAX_SPLITS)
+    let s = want
+        .clamp(1, cand.div_ceil(ka::TILE_ROWS).max(1))
+        .min(ka::MAX_SPLITS);
+    cand.div_ceil(attn_chunk(cfg, kind, max_len, s)).max(1)
 }
 
 /// Rows per split for `splits` splits (a multiple of the tile).
@@ -346,5 +351,34 @@ impl StepBufs {
             sampled: gpu.zeros(b * 4)?,
             hits: gpu.zeros(c.num_layers * (e + 1) * 4)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{attn_chunk, attn_splits, max_candidates};
+    use crate::config::AttnKind;
+    use crate::device::cuda::dummy::v4_flash_config;
+
+    #[test]
+    fn attention_splits_leave_no_split_of_a_full_query_empty() {
+        let cfg = v4_flash_config(4).unwrap();
+        let csa = AttnKind::Csa { ratio: 4 };
+        let hca = AttnKind::Hca { ratio: 128 };
+        // 132 SMs, ctx 8192: the window (128 rows) at 64 tokens in 2 chunks of 64, not 3 of
+        // which the last is empty; CSA's 640 rows at 16 tokens in 7 chunks of 96, not 9.
+        assert_eq!(attn_splits(&cfg, AttnKind::Sliding, 8192, 64, 132), 2);
+        assert_eq!(attn_splits(&cfg, csa, 8192, 16, 132), 7);
+        assert_eq!(attn_chunk(&cfg, csa, 8192, 7), 96);
+        for kind in [AttnKind::Sliding, csa, hca] {
+            let cand = max_candidates(&cfg, kind, 8192);
+            for t in [1, 2, 5, 16, 33, 64, 200] {
+                let s = attn_splits(&cfg, kind, 8192, t, 132);
+                let chunk = attn_chunk(&cfg, kind, 8192, s);
+                assert!(s * chunk >= cand, "{kind:?} t {t}: {s} × {chunk} < {cand}");
+                assert!((s - 1) * chunk < cand, "{kind:?} t {t}: split {s} empty");
+                assert_eq!(chunk % 32, 0);
+            }
+        }
     }
 }
