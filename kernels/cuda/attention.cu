@@ -74,19 +74,20 @@ extern "C" __global__ void __launch_bounds__(256) q_prep(
     }
 }
 
-// RoPE on the trailing rd dims of every width-wide head of x [T, heads·width] f32, in place.
+// RoPE on the trailing rd dims of every width-wide head of x [T, heads·width] f32, in place: block
+// (pair group, row), a thread per (head, pair) — one block per row walked its 2048 pairs (the
+// indexer's 64 heads × 32) 8 deep, ~10 µs at one token (ncu, H100).
 extern "C" __global__ void rope_heads(float* __restrict__ x, int heads, int width,
                                       const int* __restrict__ row_pos,
                                       const float* __restrict__ inv_freq, int rd, float rope_scale) {
     pdl_enter();
-    const int t = blockIdx.x;
-    const int pos = row_pos[t];
+    const int t = blockIdx.y;
     const int pairs = rd / 2;
-    for (int i = threadIdx.x; i < heads * pairs; i += blockDim.x) {
-        int h = i / pairs, pi = i % pairs;
-        float* v = x + ((i64)t * heads + h) * width + width - rd + 2 * pi;
-        rope_pair(&v[0], &v[1], inv_freq[pi], pos, rope_scale, 1.f);
-    }
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= heads * pairs) return;
+    const int h = i / pairs, pi = i % pairs;
+    float* v = x + ((i64)t * heads + h) * width + width - rd + 2 * pi;
+    rope_pair(&v[0], &v[1], inv_freq[pi], row_pos[t], rope_scale, 1.f);
 }
 
 // kv [T, d] f32 → weighted RMSNorm (kv_norm), RoPE → bf16 rows of this step. Dynamic smem: d floats.

@@ -52,7 +52,11 @@ pub fn rope_heads(
     rope: Rope,
     t: usize,
 ) -> Result<u64> {
-    let l = Launch::new((t, 1, 1), 256, 0);
+    let l = Launch::new(
+        ((heads * (rope.dim / 2)).div_ceil(256).max(1), t, 1),
+        256,
+        0,
+    );
     gpu.launch(
         ka::ROPE_HEADS,
         l,
