@@ -52,6 +52,140 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(
     scores[(i64)t * maxE + s] = tot;
 }
 
+#define IXM_TK 64    // keys per tile of indexer_scores_mma (a warp per 8)
+#define IXM_DI 128   // index_head_dim it takes
+#define IXM_LD 136   // bf16 per shared row: 128 + 8 (ldmatrix rows 16 bytes apart in the banks)
+#define IXM_HEADS 64 // most heads (4 tiles of 16)
+
+// Two f32 as a bf16 pair (a low), rounded to nearest even by the hardware convert.
+__device__ __forceinline__ u32 cvt_bf2(float a, float b) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+    return d;
+}
+
+// f32 values v as bf16 pairs hi = bf16(v), lo = bf16(v − hi): hi + lo holds ~16 of v's 24
+// mantissa bits.
+__device__ __forceinline__ void split_bf2(float a, float b, u32* hi, u32* lo) {
+    *hi = cvt_bf2(a, b);
+    *lo = cvt_bf2(a - bf_lo(*hi), b - bf_hi(*hi));
+}
+
+// The 64 × 128 f32 keys of a tile (rows past nk zero): 8 float4 per thread of 256.
+__device__ __forceinline__ void ixm_load_tile(const float* kb, int s0, int nk, float4 (&v)[8]) {
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        const int i = threadIdx.x + 256 * u, r = i >> 5, c4 = i & 31;
+        v[u] = r < nk ? reinterpret_cast<const float4*>(kb + (i64)(s0 + r) * IXM_DI)[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// The indexer scores on tensor cores: block (tile group, row) takes the 64-key tiles blockIdx.x,
+// blockIdx.x + gridDim.x, … of its row's visible keys. Query and keys are split into bf16
+// high and low parts in shared memory and each q·k is hi·hi + hi·lo + lo·hi on m16n8k16 MMAs
+// (f32 accumulate; the dropped lo·lo and the parts' rounding leave ~2^-17 relative error, far
+// below the reference's own FP4 fake-quant of q and k, model-spec §3.3). Warp w computes keys
+// 8w..8w+7 for every head tile, then Σ_h relu(q_h·k)·w_h over its lanes; the next tile's keys
+// load into registers while this one is computed. The FMA kernels (`indexer_scores_k1/k4`)
+// ran at ~27% of the FP32 pipe, 5× their bytes' time at 64 rows (ncu, H100). Needs dI = 128,
+// HI <= 64 and HI % 16 == 0; 256 threads; dynamic smem IXM_SMEM bytes (launch/attention.rs).
+extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(
+    const float* __restrict__ q, const float* __restrict__ wts, const float* __restrict__ keys,
+    int HI, int dI, int m, int maxE, const int* __restrict__ row_seq,
+    const int* __restrict__ row_pos, const int* __restrict__ seq_slot, float* __restrict__ scores) {
+    pdl_enter();
+    extern __shared__ __align__(16) u16 ixm[];
+    __shared__ float sw[IXM_HEADS];
+    u16* qh = ixm;                       // [64][IXM_LD]
+    u16* ql = qh + IXM_HEADS * IXM_LD;
+    u16* kh = ql + IXM_HEADS * IXM_LD;   // [IXM_TK][IXM_LD]
+    u16* kl = kh + IXM_TK * IXM_LD;
+    const int t = blockIdx.y;
+    const int n_vis = min((row_pos[t] + 1) / m, maxE);
+    if ((int)blockIdx.x * IXM_TK >= n_vis) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int ht = HI / 16;
+    const float* kb = keys + (i64)seq_slot[row_seq[t]] * maxE * IXM_DI;
+    float4 nxt[8];
+    {
+        const int s0 = blockIdx.x * IXM_TK;
+        ixm_load_tile(kb, s0, min(IXM_TK, n_vis - s0), nxt);
+    }
+    // The query's parts (heads past HI zero) and the head weights with both scales folded in.
+    const float4* q4 = reinterpret_cast<const float4*>(q + (i64)t * HI * IXM_DI);
+    for (int i = threadIdx.x; i < IXM_HEADS * 32; i += 256) {
+        const int h = i >> 5, c4 = i & 31;
+        const float4 v = h < HI ? q4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        u32 h01, l01, h23, l23;
+        split_bf2(v.x, v.y, &h01, &l01);
+        split_bf2(v.z, v.w, &h23, &l23);
+        *reinterpret_cast<uint2*>(qh + h * IXM_LD + 4 * c4) = make_uint2(h01, h23);
+        *reinterpret_cast<uint2*>(ql + h * IXM_LD + 4 * c4) = make_uint2(l01, l23);
+    }
+    if (threadIdx.x < IXM_HEADS)
+        sw[threadIdx.x] = threadIdx.x < HI ? wts[(i64)t * HI + threadIdx.x] * rsqrtf((float)IXM_DI) * rsqrtf((float)HI) : 0.f;
+    for (int tile = blockIdx.x; tile * IXM_TK < n_vis; tile += gridDim.x) {
+        const int s0 = tile * IXM_TK;
+        __syncthreads();  // the previous tile's keys are read (and, the first time, q is in)
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = threadIdx.x + 256 * u, r = i >> 5, c4 = i & 31;
+            u32 h01, l01, h23, l23;
+            split_bf2(nxt[u].x, nxt[u].y, &h01, &l01);
+            split_bf2(nxt[u].z, nxt[u].w, &h23, &l23);
+            *reinterpret_cast<uint2*>(kh + r * IXM_LD + 4 * c4) = make_uint2(h01, h23);
+            *reinterpret_cast<uint2*>(kl + r * IXM_LD + 4 * c4) = make_uint2(l01, l23);
+        }
+        __syncthreads();
+        const int s1 = s0 + gridDim.x * IXM_TK;
+        if (s1 < n_vis) ixm_load_tile(kb, s1, min(IXM_TK, n_vis - s1), nxt);
+        float acc[IXM_HEADS / 16][4];
+#pragma unroll
+        for (int mh = 0; mh < IXM_HEADS / 16; mh++) acc[mh][0] = acc[mh][1] = acc[mh][2] = acc[mh][3] = 0.f;
+        const int boff = (warp * 8 + (lane & 7)) * IXM_LD + (lane >> 3) * 8;
+        const int aoff = (lane & 15) * IXM_LD + (lane >> 4) * 8;
+#pragma unroll
+        for (int k = 0; k < IXM_DI; k += 32) {
+            u32 bh[4], bl[4];
+            ldsm_x4(bh, kh + boff + k);
+            ldsm_x4(bl, kl + boff + k);
+#pragma unroll
+            for (int mh = 0; mh < IXM_HEADS / 16; mh++) {
+                if (mh >= ht) break;
+                u32 a0[4], a1[4];
+                const u16* qa = qh + mh * 16 * IXM_LD + aoff + k;
+                const u16* la = ql + mh * 16 * IXM_LD + aoff + k;
+                ldsm_x4(a0, qa);
+                ldsm_x4(a1, qa + 16);
+                mma_bf16(acc[mh], a0, bh[0], bh[1]);
+                mma_bf16(acc[mh], a1, bh[2], bh[3]);
+                mma_bf16(acc[mh], a0, bl[0], bl[1]);
+                mma_bf16(acc[mh], a1, bl[2], bl[3]);
+                ldsm_x4(a0, la);
+                ldsm_x4(a1, la + 16);
+                mma_bf16(acc[mh], a0, bh[0], bh[1]);
+                mma_bf16(acc[mh], a1, bh[2], bh[3]);
+            }
+        }
+        // acc[mh]: heads mh·16 + g (0, 1) and + 8 (2, 3), keys 8·warp + 2·tq (+1).
+        float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+        for (int mh = 0; mh < IXM_HEADS / 16; mh++) {
+            const float w0 = sw[mh * 16 + g], w1 = sw[mh * 16 + g + 8];
+            p0 += fmaxf(acc[mh][0], 0.f) * w0 + fmaxf(acc[mh][2], 0.f) * w1;
+            p1 += fmaxf(acc[mh][1], 0.f) * w0 + fmaxf(acc[mh][3], 0.f) * w1;
+        }
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            p0 += __shfl_xor_sync(0xffffffffu, p0, o);
+            p1 += __shfl_xor_sync(0xffffffffu, p1, o);
+        }
+        const int s = s0 + warp * 8 + 2 * tq;
+        if (g == 0 && s < n_vis) scores[(i64)t * maxE + s] = p0;
+        if (g == 0 && s + 1 < n_vis) scores[(i64)t * maxE + s + 1] = p1;
+    }
+}
+
 // Top min(topk, n_vis) of a row's indexer scores (ties to the lower index) by radix select on
 // order-preserving keys, written in index order; the rest of the row is -1. One block per row;
 // thread 0 walks each pass's histogram (`AMDAHL_INDEXER=rows`).

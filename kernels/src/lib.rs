@@ -331,13 +331,14 @@ pub mod attention {
     pub const INDEXER_SCORES: Entry = e("indexer", "indexer_scores");
     pub const INDEXER_SCORES_K1: Entry = e("indexer", "indexer_scores_k1");
     pub const INDEXER_SCORES_K4: Entry = e("indexer", "indexer_scores_k4");
+    pub const INDEXER_SCORES_MMA: Entry = e("indexer", "indexer_scores_mma");
     pub const TOPK_SELECT: Entry = e("indexer", "topk_select");
     pub const TOPK_SELECT_WARP: Entry = e("indexer", "topk_select_warp");
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
     pub const SPARSE_ATTN_PARTIAL_H16: Entry = e("attention", "sparse_attn_partial_h16");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 13] = [
+    pub const ALL: [Entry; 14] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
@@ -345,6 +346,7 @@ pub mod attention {
         INDEXER_SCORES,
         INDEXER_SCORES_K1,
         INDEXER_SCORES_K4,
+        INDEXER_SCORES_MMA,
         TOPK_SELECT,
         TOPK_SELECT_WARP,
         SPARSE_ATTN_PARTIAL,
@@ -371,6 +373,12 @@ pub mod attention {
     /// Indexer heads per warp in the tiled `indexer_scores_k*` (a group of query heads whose
     /// scores one warp accumulates in registers, KPL keys per lane).
     pub const INDEXER_HEADS_PER_WARP: usize = 8;
+    /// `indexer_scores_mma`: keys per tile, the head dim it takes, its padded shared row
+    /// (bf16) and most heads (tiles of 16).
+    pub const INDEXER_MMA_KEYS: usize = 64;
+    pub const INDEXER_MMA_DIM: usize = 128;
+    pub const INDEXER_MMA_LD: usize = 136;
+    pub const INDEXER_MMA_HEADS: usize = 64;
 }
 
 pub mod moe {
@@ -567,6 +575,18 @@ mod tests {
                 attention::HEADS_PER_BLOCK,
             ),
             (ATTENTION.source, "#define ATT_TILE", attention::TILE_ROWS),
+            (
+                INDEXER.source,
+                "#define IXM_TK",
+                attention::INDEXER_MMA_KEYS,
+            ),
+            (INDEXER.source, "#define IXM_DI", attention::INDEXER_MMA_DIM),
+            (INDEXER.source, "#define IXM_LD", attention::INDEXER_MMA_LD),
+            (
+                INDEXER.source,
+                "#define IXM_HEADS",
+                attention::INDEXER_MMA_HEADS,
+            ),
             (ATTENTION.source, "#define ATT_THREADS", attention::THREADS),
             (
                 ATTENTION.source,

@@ -125,7 +125,8 @@ impl GpuModel {
             )));
         }
         let idx_smem = k::indexer_smem(cfg.index_n_heads, cfg.index_head_dim, 4);
-        if k::indexer_kernels() == k::IndexerKernels::Tiles
+        if k::indexer_kernels() != k::IndexerKernels::Rows
+            && !k::indexer_mma_fits(cfg.index_n_heads, cfg.index_head_dim)
             && (!cfg.index_head_dim.is_multiple_of(4) || idx_smem > gpu.info.max_smem_optin)
         {
             return Err(EngineError::Device(format!(

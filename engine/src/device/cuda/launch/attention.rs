@@ -178,16 +178,19 @@ pub fn indexer_smem(hi: usize, di: usize, kpl: usize) -> usize {
 }
 
 /// The indexer's kernels: a block per 256 keys of a row with every head in a thread's registers,
-/// and a serial walk of each top-k histogram (`Rows`, measured, the default), or key tiles in
-/// shared memory feeding eight heads per warp, and a warp's scan of the histogram (`Tiles`,
-/// built in a session without a GPU: opt-in until measured).
+/// and a serial walk of each top-k histogram (`Rows`); key tiles in shared memory feeding eight
+/// heads per warp on the FP32 pipe, and a warp's scan of the histogram (`Tiles`); or the scores
+/// on tensor cores with q and k as bf16 high and low parts (`Mma`, the default where index_head_dim
+/// is 128 and the heads are whole tiles of 16, at most 64; else `Tiles`) with `Tiles`' select.
+/// `AMDAHL_INDEXER=rows|tiles|mma`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexerKernels {
     Rows,
     Tiles,
+    Mma,
 }
 
-/// 0: not yet read from `AMDAHL_INDEXER=rows|tiles`; else 1 + the variant.
+/// 0: not yet read from `AMDAHL_INDEXER=rows|tiles|mma`; else 1 + the variant.
 static INDEXER_KERNELS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Sets the indexer's kernels (tests, measurements); `None` goes back to `AMDAHL_INDEXER`.
@@ -204,15 +207,26 @@ pub fn indexer_kernels() -> IndexerKernels {
     if INDEXER_KERNELS.load(Ordering::Relaxed) == 0 {
         let v = match std::env::var("AMDAHL_INDEXER").as_deref() {
             Ok("rows") => IndexerKernels::Rows,
-            _ => IndexerKernels::Tiles,
+            Ok("tiles") => IndexerKernels::Tiles,
+            _ => IndexerKernels::Mma,
         };
         force_indexer_kernels(Some(v));
     }
-    if INDEXER_KERNELS.load(Ordering::Relaxed) == 2 {
-        IndexerKernels::Tiles
-    } else {
-        IndexerKernels::Rows
+    match INDEXER_KERNELS.load(Ordering::Relaxed) {
+        1 => IndexerKernels::Rows,
+        2 => IndexerKernels::Tiles,
+        _ => IndexerKernels::Mma,
     }
+}
+
+/// Whether the tensor-core scores take `hi` heads of `di` dims.
+pub fn indexer_mma_fits(hi: usize, di: usize) -> bool {
+    di == ka::INDEXER_MMA_DIM && hi > 0 && hi.is_multiple_of(16) && hi <= ka::INDEXER_MMA_HEADS
+}
+
+/// Shared memory of `indexer_scores_mma`: q's and a key tile's two bf16 parts.
+pub fn indexer_mma_smem() -> usize {
+    2 * (ka::INDEXER_MMA_HEADS + ka::INDEXER_MMA_KEYS) * ka::INDEXER_MMA_LD * 2
 }
 
 /// Keys per lane of the tiled indexer scores for `t` rows: 1 (32-key tiles) where 128-key tiles
@@ -256,13 +270,21 @@ pub fn indexer_scores(
         gpu.launch(ka::INDEXER_SCORES, l, &mut args)?;
         return Ok(l.blocks());
     }
+    let sms = gpu.info.sms.max(1);
+    if indexer_kernels() == IndexerKernels::Mma && indexer_mma_fits(hi, di) {
+        // About three blocks per SM (69.6 KB of shared memory each), each walking its row's tiles.
+        let tiles = max_e.div_ceil(ka::INDEXER_MMA_KEYS).max(1);
+        let per_row = tiles.min((3 * sms).div_ceil(t.max(1)));
+        let l = Launch::new((per_row, t, 1), 256, indexer_mma_smem());
+        gpu.launch(ka::INDEXER_SCORES_MMA, l, &mut args)?;
+        return Ok(l.blocks());
+    }
     if !di.is_multiple_of(4) {
         return Err(EngineError::Device(format!(
             "the GPU indexer needs index_head_dim % 4 == 0, got {di}"
         )));
     }
     // Blocks of about two waves, each walking its row's tiles.
-    let sms = gpu.info.sms.max(1);
     let kpl = indexer_keys_per_lane(gpu, t, max_e);
     let tiles = max_e.div_ceil(32 * kpl).max(1);
     let per_row = tiles.min((4 * sms).div_ceil(t.max(1)));
@@ -295,7 +317,7 @@ pub fn topk_select(
     gpu.launch(
         match indexer_kernels() {
             IndexerKernels::Rows => ka::TOPK_SELECT,
-            IndexerKernels::Tiles => ka::TOPK_SELECT_WARP,
+            IndexerKernels::Tiles | IndexerKernels::Mma => ka::TOPK_SELECT_WARP,
         },
         l,
         Args::new()

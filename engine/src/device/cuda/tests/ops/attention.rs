@@ -368,8 +368,8 @@ fn compressors_match_the_cpu_fed_in_chunks_then_tokens() {
 #[test]
 fn indexer_scores_and_topk_match_the_cpu() {
     let Some(g) = gpu() else { return };
-    // Both kernel sets; of the tiled scores, four rows take the 32-key tiles, forty the 128-key
-    // ones (blocks walking two tiles).
+    // Four rows and forty (of the FP32 tiled scores, four rows take the 32-key tiles, forty the
+    // 128-key ones, blocks walking two tiles; the tensor-core blocks walk several 64-key tiles).
     let few = [
         (0usize, 8191usize, 1usize),
         (1, 5000, 1),
@@ -385,7 +385,13 @@ fn indexer_scores_and_topk_match_the_cpu() {
             )
         })
         .collect();
-    for v in [k::IndexerKernels::Rows, k::IndexerKernels::Tiles] {
+    // Each kernel set (`Mma`: the scores on tensor cores, 64 heads × 128 fit them).
+    assert!(k::indexer_mma_fits(64, 128));
+    for v in [
+        k::IndexerKernels::Rows,
+        k::IndexerKernels::Tiles,
+        k::IndexerKernels::Mma,
+    ] {
         k::force_indexer_kernels(Some(v));
         println!("indexer kernels {v:?}");
         let mut kpls = Vec::new();
