@@ -395,8 +395,17 @@ fn indexer_scores_and_topk_match_the_cpu() {
         k::force_indexer_kernels(Some(v));
         println!("indexer kernels {v:?}");
         let mut kpls = Vec::new();
+        // The tensor-core scores carry ~2^-17 relative error per q·k (bf16 high and low parts,
+        // lo·lo dropped): up to ~1e-5 rel l2 on rows of few keys (9.8e-6 measured, H100), still
+        // four orders below the reference's own FP4 fake-quant of q and k (model-spec §3.3);
+        // the selection checks below are the same for every kernel set.
+        let tol = if v == k::IndexerKernels::Mma {
+            3e-5
+        } else {
+            1e-5
+        };
         for (i, seqs) in [&few[..], &many[..]].into_iter().enumerate() {
-            kpls.push(indexer_case(&g, seqs, 8 + i as u64));
+            kpls.push(indexer_case(&g, seqs, 8 + i as u64, tol));
         }
         if v == k::IndexerKernels::Tiles {
             assert_eq!(kpls, [1, 4], "both indexer tile shapes ran");
@@ -405,9 +414,9 @@ fn indexer_scores_and_topk_match_the_cpu() {
     k::force_indexer_kernels(None);
 }
 
-/// The indexer scores and top-k of one decode row per sequence (slot, position) against the CPU;
-/// returns the keys per lane the launcher chose.
-fn indexer_case(g: &Gpu, seqs: &[(usize, usize, usize)], seed: u64) -> usize {
+/// The indexer scores (rel l2 within `tol`) and top-k of one decode row per sequence (slot,
+/// position) against the CPU; returns the keys per lane the launcher chose.
+fn indexer_case(g: &Gpu, seqs: &[(usize, usize, usize)], seed: u64, tol: f64) -> usize {
     let mut rng = Rng::new(seed);
     let (hi, di, m, topk, max_e) = (64usize, 128usize, 4usize, 512usize, 2048usize);
     let slots = seqs.len();
@@ -483,7 +492,7 @@ fn indexer_case(g: &Gpu, seqs: &[(usize, usize, usize)], seed: u64) -> usize {
         );
         let e = rel_l2(gs, &want);
         println!("indexer row {r} ({n_vis} visible): scores rel l2 {e:.2e}");
-        assert!(e <= 1e-5, "indexer scores row {r}: {e:.3e}");
+        assert!(e <= tol, "indexer scores row {r}: {e:.3e}");
         // Selection on the GPU's own scores must be exactly the top-k (ties to the lower index).
         let mut sel: Vec<i32> = got_i[r * topk..(r + 1) * topk]
             .iter()
