@@ -57,18 +57,11 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(
 #define IXM_LD 136   // bf16 per shared row: 128 + 8 (ldmatrix rows 16 bytes apart in the banks)
 #define IXM_HEADS 64 // most heads (4 tiles of 16)
 
-// Two f32 as a bf16 pair (a low), rounded to nearest even by the hardware convert.
-__device__ __forceinline__ u32 cvt_bf2(float a, float b) {
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
-    return d;
-}
-
 // f32 values v as bf16 pairs hi = bf16(v), lo = bf16(v − hi): hi + lo holds ~16 of v's 24
 // mantissa bits.
 __device__ __forceinline__ void split_bf2(float a, float b, u32* hi, u32* lo) {
-    *hi = cvt_bf2(a, b);
-    *lo = cvt_bf2(a - bf_lo(*hi), b - bf_hi(*hi));
+    *hi = pack_bf2(a, b);
+    *lo = pack_bf2(a - bf_lo(*hi), b - bf_hi(*hi));
 }
 
 // The 64 × 128 f32 keys of a tile (rows past nk zero): 8 float4 per thread of 256.
