@@ -12,7 +12,8 @@
 # `ab` repeats the decode profile once per environment assignment in AB (space-separated, e.g.
 # AB="AMDAHL_ROUTE_PLAN=separate AMDAHL_INDEXER=rows"; commas join assignments of one run:
 # AB="AMDAHL_PDL=0,AMDAHL_INDEXER=rows"). `launches` lists every kernel of the first decode step (the warm-up) with its ncu device time
-# at each of LAUNCH_BATCH (tools/gpu/launches.py). SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
+# at each of LAUNCH_BATCH (tools/gpu/launches.py); LAUNCH_COUNT (default 130, one b1/b16 step of 4 layers;
+# a b64 step is 148 launches) bounds the kernels profiled. SKIP_TESTS (a grep -E pattern) leaves tests out, e.g. `every_kernel_module_compiles` (~4 min
 # of NVRTC on the GPU machine's CPU; the kernel cache built here already compiled every module).
 set -uo pipefail
 # The binaries and kernel cache as tools/gpu/pack.sh packs them for the device tool's carry.

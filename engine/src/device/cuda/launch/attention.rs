@@ -401,7 +401,6 @@ pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u6
     // Q's two bf16 parts and the ring of KV tiles as padded bf16 rows, the score tile in f32
     // (64 rows: 64 heads, or 16 heads × 4 parts of d), then (CSA) the split's top-k indices.
     let rows = 2 * hg + ka::KV_BUFFERS * ka::TILE_ROWS;
-    // CSA: the split's top-k indices after the scores.
     let topk_ints = if a.kind == 2 { a.chunk } else { 0 };
     let smem =
         rows * (d + ka::ROW_PAD) * 2 + ka::HEADS_PER_BLOCK * ka::SCORE_LD * 4 + 4 * topk_ints;
