@@ -480,6 +480,7 @@ const L2_AHEAD_EXPERT_BYTES: usize = 32 << 20;
 /// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`;
 /// `ahead`: prefetch the active experts' down projections into L2 where they fit; `side_first`
 /// runs first on the side stream (the FFN site's Sinkhorn).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_forward(
     g: &Gpu,
     m: &GMoe,
