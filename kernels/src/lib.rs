@@ -279,14 +279,16 @@ pub mod mhc {
     pub const EMBED_ROWS: Entry = e("mhc", "embed_rows");
     pub const HC_MIX_PARTIAL: Entry = e("mhc", "hc_mix_partial");
     pub const HC_PRE: Entry = e("mhc", "hc_pre");
+    pub const HC_SINKHORN: Entry = e("mhc", "hc_sinkhorn");
     pub const HC_POST: Entry = e("mhc", "hc_post");
     pub const HC_POST_ROWS: Entry = e("mhc", "hc_post_rows");
     pub const HC_HEAD: Entry = e("mhc", "hc_head");
     pub const NORM_ROWS: Entry = e("mhc", "norm_rows");
-    pub const ALL: [Entry; 7] = [
+    pub const ALL: [Entry; 8] = [
         EMBED_ROWS,
         HC_MIX_PARTIAL,
         HC_PRE,
+        HC_SINKHORN,
         HC_POST,
         HC_POST_ROWS,
         HC_HEAD,

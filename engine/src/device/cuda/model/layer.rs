@@ -55,7 +55,6 @@ impl GpuModel {
             ),
             hc,
             d,
-            c.hc_sinkhorn_iters,
             c.hc_eps,
             eps,
             lw.attn_norm.ptr(),
@@ -68,9 +67,18 @@ impl GpuModel {
         )?);
 
         tm.mark(g, Stage::AttnProj, cap)?;
-        // The kv row and the compressor depend only on the normed input: they run on the side
-        // stream while the q path runs here.
+        // The kv row and the compressor depend only on the normed input, and the Sinkhorn of
+        // this site's comb only on the pre-mix: they run on the side stream while the q path
+        // runs here (joined before the attention; `hc_post` reads comb after it).
         g.fork(|| {
+            tm.count(k::hc_sinkhorn(
+                g,
+                bf.mix.ptr(),
+                hc,
+                c.hc_sinkhorn_iters,
+                c.hc_eps,
+                t,
+            )?);
             tm.count(k::linear(
                 g,
                 &a.wkv,
@@ -332,7 +340,6 @@ impl GpuModel {
             ),
             hc,
             d,
-            c.hc_sinkhorn_iters,
             c.hc_eps,
             eps,
             lw.ffn_norm.ptr(),
@@ -379,6 +386,19 @@ impl GpuModel {
 
     fn moe(&self, l: usize, shape: Shape, _cap: bool, tm: &mut StageTimer) -> Result<()> {
         let e = self.w.layers[l].moe.n_experts;
+        let c = &self.cfg;
+        // The FFN site's Sinkhorn goes first on the MoE's side stream (joined before the combine).
+        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
+            tm.count(k::hc_sinkhorn(
+                &self.gpu,
+                self.bufs.mix.ptr(),
+                c.hc_mult,
+                c.hc_sinkhorn_iters,
+                c.hc_eps,
+                shape.t,
+            )?);
+            Ok(())
+        };
         moe_forward(
             &self.gpu,
             &self.w.layers[l].moe,
@@ -386,6 +406,7 @@ impl GpuModel {
             self.mi(self.layout.tokens),
             shape.t,
             shape.t <= self.l2_ahead_experts_max_tokens,
+            &sinkhorn,
             tm,
         )?;
         // Keep the expert histogram of this layer for the analytic byte count.
@@ -457,7 +478,9 @@ fn compress(
 const L2_AHEAD_EXPERT_BYTES: usize = 32 << 20;
 
 /// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`;
-/// `ahead`: prefetch the active experts' down projections into L2 where they fit.
+/// `ahead`: prefetch the active experts' down projections into L2 where they fit; `side_first`
+/// runs first on the side stream (the FFN site's Sinkhorn).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_forward(
     g: &Gpu,
     m: &GMoe,
@@ -465,6 +488,7 @@ pub(crate) fn moe_forward(
     tokens: u64,
     t: usize,
     ahead: bool,
+    side_first: &dyn Fn(&mut StageTimer) -> Result<()>,
     tm: &mut StageTimer,
 ) -> Result<()> {
     let d = m.w1.cols;
@@ -474,6 +498,7 @@ pub(crate) fn moe_forward(
     // The shared expert needs only the normed input: it runs on the side stream next to the
     // router, the plan and the routed experts, and joins before the combine.
     g.fork(|| {
+        side_first(tm)?;
         if let Some([w1, w3, w2]) = &m.shared
             && 2 * w1.rows <= d
             && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
