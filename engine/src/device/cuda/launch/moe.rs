@@ -268,8 +268,30 @@ pub fn route_plan_fused() -> bool {
     *FUSED.get_or_init(|| std::env::var("AMDAHL_ROUTE_PLAN").as_deref() != Ok("separate"))
 }
 
-/// `moe_route` and `moe_plan` in one launch: 32 tokens per block, the last block to finish
-/// plans (`done`: a zeroed counter it leaves zeroed). The plan equals `moe_plan`'s.
+/// `moe_route_plan`'s block: a warp per token, at least one thread per expert (the plan's
+/// scans), at most 32 tokens.
+fn route_plan_threads(experts: usize, t: usize) -> usize {
+    (32 * t.min(32)).max(experts.next_multiple_of(32))
+}
+
+/// `moe_route_plan`'s dynamic shared memory: each assignment's expert and weight, the
+/// experts' counts and the scan scratch.
+fn route_plan_smem(experts: usize, k: usize, t: usize) -> usize {
+    (2 * t * k + experts + 34) * 4
+}
+
+/// Whether `moe_route_plan` can run these shapes on this GPU (its plan holds every
+/// assignment in one block's shared memory); the caller otherwise takes `moe_route` and
+/// `moe_plan`.
+pub fn route_plan_fits(gpu: &Gpu, experts: usize, k: usize, t: usize) -> bool {
+    experts <= kmoe::MAX_EXPERTS
+        && k <= kmoe::MAX_TOP_K
+        && route_plan_smem(experts, k, t) <= gpu.info.max_smem_optin
+}
+
+/// `moe_route` and `moe_plan` in one launch: a warp per token, up to 32 tokens per block; the
+/// last block to finish plans (`done`: a zeroed counter it leaves zeroed). The plan equals
+/// `moe_plan`'s.
 pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) -> Result<u64> {
     if r.experts > kmoe::MAX_EXPERTS || r.k > kmoe::MAX_TOP_K {
         return Err(EngineError::Device(format!(
@@ -280,7 +302,12 @@ pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) 
             kmoe::MAX_TOP_K
         )));
     }
-    let l = Launch::new((t.div_ceil(32), 1, 1), 1024, (t * r.k + r.experts + 34) * 4);
+    let threads = route_plan_threads(r.experts, t);
+    let l = Launch::new(
+        (t.div_ceil(threads / 32), 1, 1),
+        threads,
+        route_plan_smem(r.experts, r.k, t),
+    );
     gpu.launch(
         kmoe::MOE_ROUTE_PLAN,
         l,

@@ -600,7 +600,7 @@ pub(crate) fn moe_forward(
         slot_of: bf.slot_of.ptr(),
         act_list: bf.act_list.ptr(),
     };
-    if k::route_plan_fused() {
+    if k::route_plan_fused() && k::route_plan_fits(g, e, kk, t) {
         tm.count(k::moe_route_plan(g, route, out, bf.route_done.ptr(), t)?);
     } else {
         tm.count(k::moe_route(g, route, t)?);

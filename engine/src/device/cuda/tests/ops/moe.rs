@@ -134,8 +134,8 @@ fn moe_matches_the_cpu_at_v4_widths() {
 }
 
 /// `moe_route_plan` (one launch, the last block plans) leaves exactly what `moe_route` then
-/// `moe_plan` leave, for top-k and hash routing, one block of tokens and several, and again on
-/// a second launch (its arrival counter back at zero).
+/// `moe_plan` leave, for top-k and hash routing, one block of tokens (no arrival count) and
+/// several, and again on a second launch (its arrival counter back at zero).
 #[test]
 fn fused_route_plan_equals_route_then_plan() {
     use crate::device::cuda::launch::{self as k, PlanOut, RouteArgs};
@@ -145,7 +145,9 @@ fn fused_route_plan_equals_route_then_plan() {
     let done = g.zeros(4).unwrap();
     for (t, hash) in [
         (1usize, false),
+        (5, true),
         (16, false),
+        (32, false),
         (33, false),
         (100, false),
         (40, true),
