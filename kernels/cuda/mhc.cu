@@ -171,6 +171,15 @@ __device__ __forceinline__ void hc_post_mix(const float post[4], const float com
     }
 }
 
+// Component e (0..3: x, y, z, w) of a float4; e known at compile time where unrolled.
+__device__ __forceinline__ float f4_at(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
+__device__ __forceinline__ void f4_set(float4& v, int e, float x) {
+    if (e == 0) v.x = x;
+    else if (e == 1) v.y = x;
+    else if (e == 2) v.z = x;
+    else v.w = x;
+}
+
 // w ⊙ (u · r) at float4 column c4 into the f32 and/or bf16 row (either nullable).
 __device__ __forceinline__ void store_norm4(float4 u, float4 w, float r, int c4, float* uf, u16* ub) {
     const float4 v = make_float4(w.x * (u.x * r), w.y * (u.y * r), w.z * (u.z * r), w.w * (u.w * r));
@@ -419,22 +428,27 @@ extern "C" __global__ void __launch_bounds__(256) hc_post_rows(
         float4* X4 = reinterpret_cast<float4*>(X + (i64)t * hc * D);
         const float4 yv = reinterpret_cast<const float4*>(y + (i64)t * D)[c4];
         float4 old[4];
+        float post[4], comb[4][4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) old[j] = j < hc ? X4[j * D4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < 4; j++) {
+            old[j] = j < hc ? X4[j * D4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+            post[j] = j < hc ? mb[j] : 0.f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k >= hc) break;
-            const float p = mb[k];
-            float4 a = make_float4(p * yv.x, p * yv.y, p * yv.z, p * yv.w);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (j >= hc) break;
-                const float cm = mb[hc + j * hc + k];
-                a.x += cm * old[j].x; a.y += cm * old[j].y; a.z += cm * old[j].z; a.w += cm * old[j].w;
-            }
-            v[k] = a;
-            X4[k * D4 + c4] = a;
+            for (int k = 0; k < 4; k++) comb[j][k] = j < hc && k < hc ? mb[hc + j * hc + k] : 0.f;
         }
+        // hc_post_mix per component of the float4 columns.
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float o[4], r[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) o[j] = f4_at(old[j], e);
+            hc_post_mix(post, comb, o, f4_at(yv, e), r);
+#pragma unroll
+            for (int k = 0; k < 4; k++) f4_set(v[k], e, r[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (k < hc) X4[k * D4 + c4] = v[k];
     }
     if (!fn_next) return;
     __syncthreads();  // the staged weights
