@@ -70,7 +70,7 @@ impl GpuModel {
         // The kv row and the compressor depend only on the normed input, and the Sinkhorn of
         // this site's comb only on the pre-mix: they run on the side stream while the q path
         // runs here (joined before the attention; `hc_post` reads comb after it).
-        g.fork(|| {
+        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
             tm.count(k::hc_sinkhorn(
                 g,
                 bf.mix.ptr(),
@@ -79,6 +79,13 @@ impl GpuModel {
                 c.hc_eps,
                 t,
             )?);
+            Ok(())
+        };
+        let last = sinkhorn_last();
+        g.fork(|| {
+            if !last {
+                sinkhorn(tm)?;
+            }
             tm.count(k::linear(
                 g,
                 &a.wkv,
@@ -114,6 +121,9 @@ impl GpuModel {
                     max_entries: st.max_entries,
                 };
                 compress(g, cw, into, (eps, meta, rope), shape, tm)?;
+            }
+            if last {
+                sinkhorn(tm)?;
             }
             Ok(())
         })?;
@@ -387,7 +397,7 @@ impl GpuModel {
     fn moe(&self, l: usize, shape: Shape, _cap: bool, tm: &mut StageTimer) -> Result<()> {
         let e = self.w.layers[l].moe.n_experts;
         let c = &self.cfg;
-        // The FFN site's Sinkhorn goes first on the MoE's side stream (joined before the combine).
+        // The FFN site's Sinkhorn goes on the MoE's side stream (joined before the combine).
         let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
             tm.count(k::hc_sinkhorn(
                 &self.gpu,
@@ -477,9 +487,17 @@ fn compress(
 /// the H100's and H200's 50 MB): V4-Flash's six at one token (~28 MB in NVFP4).
 const L2_AHEAD_EXPERT_BYTES: usize = 32 << 20;
 
+/// Whether each site's comb Sinkhorn (`hc_sinkhorn`) runs last on its side stream, after the
+/// kv path or the shared expert (`AMDAHL_SINKHORN_AT=last`), or first (`first`).
+pub(crate) fn sinkhorn_last() -> bool {
+    static LAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| std::env::var("AMDAHL_SINKHORN_AT").as_deref() != Ok("first"))
+}
+
 /// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`;
-/// `ahead`: prefetch the active experts' down projections into L2 where they fit; `side_first`
-/// runs first on the side stream (the FFN site's Sinkhorn).
+/// `ahead`: prefetch the active experts' down projections into L2 where they fit; `side`
+/// runs on the side stream too, before or after the shared expert ([`sinkhorn_last`]: the FFN
+/// site's Sinkhorn).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_forward(
     g: &Gpu,
@@ -488,7 +506,7 @@ pub(crate) fn moe_forward(
     tokens: u64,
     t: usize,
     ahead: bool,
-    side_first: &dyn Fn(&mut StageTimer) -> Result<()>,
+    side: &dyn Fn(&mut StageTimer) -> Result<()>,
     tm: &mut StageTimer,
 ) -> Result<()> {
     let d = m.w1.cols;
@@ -497,8 +515,11 @@ pub(crate) fn moe_forward(
     let mut shared = 0u64;
     // The shared expert needs only the normed input: it runs on the side stream next to the
     // router, the plan and the routed experts, and joins before the combine.
+    let last = sinkhorn_last();
     g.fork(|| {
-        side_first(tm)?;
+        if !last {
+            side(tm)?;
+        }
         if let Some([w1, w3, w2]) = &m.shared
             && 2 * w1.rows <= d
             && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
@@ -569,6 +590,9 @@ pub(crate) fn moe_forward(
                 bf.sh_y.ptr(),
             )?);
             shared = bf.sh_y.ptr();
+        }
+        if last {
+            side(tm)?;
         }
         Ok(())
     })?;
