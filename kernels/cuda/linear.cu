@@ -534,16 +534,21 @@ __device__ __forceinline__ void warp_items(const int* act_list, int N, int* begi
 // The loop of the warp expert kernels: for every (active expert, 16-row tile) this warp owns
 // and every 8 of the expert's plan entries, the tile over all of K (`xrow(entry)`: the entry's
 // input row), each lane's 4 results handed to `store(e, entry, n, acc0, acc1)` for in-range
-// rows n and entries.
+// rows n and entries. With more tiles than warps they are handed out by a counter (`work[0]`;
+// `work[1]` counts the warps done, and the last one resets both for the next launch): a warp
+// takes the next tile when it finishes one (requesting it before computing the current), so
+// blocks that start late, on SMs still running the other stream's kernels (the shared expert
+// beside the routed ones), take fewer tiles instead of finishing last. Each tile is still one
+// warp's whole sum: the results do not depend on which warp computes it.
 template <int FMT, int DUAL, int U, class XRow, class Store>
 __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d1,
                                                  const int* __restrict__ offsets,
                                                  const int* __restrict__ act_list, int N, int K,
-                                                 XRow xrow, Store store) {
+                                                 unsigned* __restrict__ work, XRow xrow, Store store) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int begin, end, groups;
     warp_items(act_list, N, &begin, &end, &groups);
-    for (int item = begin; item < end; item++) {
+    auto tile = [&](int item) {
         const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
         const int start = offsets[e], count = offsets[e + 1] - start;
         for (int m0 = 0; m0 < count; m0 += 8) {
@@ -556,6 +561,24 @@ __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d
                 if (n < N && m < count) store(e, start + m, n, a0[r], a1[r]);
             }
         }
+    };
+    const int total = act_list[0] * groups, nw = gridDim.x * (blockDim.x >> 5);
+    const bool queue = work != nullptr && total > nw;
+    auto take = [&]() {
+        unsigned q = 0;
+        if (lane == 0) q = atomicAdd(&work[0], 1u);
+        return (int)__shfl_sync(0xffffffffu, q, 0);
+    };
+    int item = queue ? take() : begin;
+    const int stop = queue ? total : end;
+    while (item < stop) {
+        const int next = queue ? take() : item + 1;
+        tile(item);
+        item = next;
+    }
+    if (queue && lane == 0 && atomicAdd(&work[1], 1u) == (unsigned)nw - 1) {
+        work[0] = 0u;
+        work[1] = 0u;
     }
 }
 
@@ -564,9 +587,9 @@ template <int FMT, int U>
 __device__ void moe_up_warp_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
                                    const int* __restrict__ offsets, const int* __restrict__ tok_of,
                                    const int* __restrict__ act_list, u16* __restrict__ act, int N,
-                                   int K, float limit) {
+                                   int K, float limit, unsigned* __restrict__ work) {
     warp_expert_loop<FMT, 1, U>(
-        w1, w3, offsets, act_list, N, K,
+        w1, w3, offsets, act_list, N, K, work,
         [&](int entry) { return x + (i64)tok_of[entry] * ldx; },
         [&](int e, int entry, int n, float v1, float v3) {
             act[(i64)entry * N + n] =
@@ -579,9 +602,9 @@ template <int FMT, int U>
 __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
                                      const int* __restrict__ offsets, const float* __restrict__ wt,
                                      const int* __restrict__ act_list, float* __restrict__ y, int N,
-                                     int K) {
+                                     int K, unsigned* __restrict__ work) {
     warp_expert_loop<FMT, 0, U>(
-        w2, w2, offsets, act_list, N, K,
+        w2, w2, offsets, act_list, N, K, work,
         [&](int entry) { return act + (i64)entry * K; },
         [&](int e, int entry, int n, float v, float) {
             y[(i64)entry * N + n] = v * post_scale<FMT>(w2, e) * wt[entry];
@@ -617,13 +640,14 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 #define WARP_ENTRY(NAME, FMT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_up_w_##NAME(                               \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
-        const int* act_list, u16* act, int N, int K, float limit) { pdl_enter();                         \
-        moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);         \
+        const int* act_list, u16* act, int N, int K, float limit, unsigned* work) { pdl_enter();          \
+        moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit, work);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_down_w_##NAME(                             \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
-        int N, int K) { pdl_enter();                                                                     \
-        moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K);  \
+        int N, int K, unsigned* work) { pdl_enter();                                                     \
+        moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K,   \
+                                                              work);                                     \
     }
 
 #define LINEAR_FORMAT(NAME, FMT) \

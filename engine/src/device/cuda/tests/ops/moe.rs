@@ -129,6 +129,27 @@ fn moe_matches_the_cpu_at_v4_widths() {
                 err <= super::TOL,
                 "moe {fmt} t={t} forced={force:?}: {err:.3e}"
             );
+            // The warp kernels on a grid of 4 blocks (32 warps) take their 1024 up and 2048
+            // down tiles from the queue, many per warp; each tile is one warp's whole sum, so
+            // the bits equal the full grid's, on both queue launches (the queue left at zero).
+            if t == 64 && force == Some(Warp) {
+                crate::device::cuda::launch::moe::force_moe_kernel(force);
+                crate::device::cuda::launch::moe::force_warp_grid(Some(4));
+                for round in 0..2 {
+                    g.memset(&bufs.moe_out, 0xff).unwrap();
+                    moe_forward(&g, &gm, &bufs, tb.ptr(), t, false, &|_| Ok(()), &mut tm).unwrap();
+                    let queued: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
+                    assert!(
+                        got.iter()
+                            .zip(&queued)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "moe {fmt}: the tile queue on 4 blocks differs (round {round})"
+                    );
+                }
+                crate::device::cuda::launch::moe::force_warp_grid(None);
+                crate::device::cuda::launch::moe::force_moe_kernel(None);
+                println!("moe {fmt} t=64 warp kernels on 4 blocks (tile queue): same bits");
+            }
         }
     }
 }
