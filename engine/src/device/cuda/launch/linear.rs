@@ -122,8 +122,8 @@ pub fn linear(
     Ok(l.blocks())
 }
 
-/// Forced persistent linear on (1) or off (0), or unset (`u8::MAX`: `AMDAHL_LINEAR_PERSIST=1`
-/// turns it on; off by default until measured).
+/// Forced persistent linear on (1) or off (0), or unset (`u8::MAX`: on unless
+/// `AMDAHL_LINEAR_PERSIST=0`; H100, wq_b at 16 tokens 26.9 → 22.0 µs by ncu, docs/PERF.md).
 static PERSIST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
 
 /// Forces the persistent dense linear on or off where it applies (`None`: the environment).
@@ -132,15 +132,21 @@ pub fn force_linear_persist(v: Option<bool>) {
     PERSIST_FORCE.store(v.map_or(u8::MAX, u8::from), Ordering::Relaxed);
 }
 
+/// `AMDAHL_LINEAR_PERSIST` (read once): the persistent linear unless `0`.
+fn persist_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("AMDAHL_LINEAR_PERSIST").as_deref() != Ok("0"))
+}
+
 /// Whether the persistent dense linear (`linear_*_nt2_p`: blocks looping over row tiles with
 /// the activations in registers) computes `w` at `nt` token groups from x rows of `ldx` at `x`:
-/// when on, an FP8 format, two groups, K a whole number of superchunks and at most 8 warps × 2 of
-/// them, 16-byte-aligned x rows.
+/// when on (the default), an FP8 format, two groups, K a whole number of superchunks and at most
+/// 8 warps × 2 of them, 16-byte-aligned x rows (wq_b at 9–16 tokens).
 pub fn persist_applies(w: &GLinear, nt: usize, ldx: usize, x: u64) -> bool {
     let on = match PERSIST_FORCE.load(Ordering::Relaxed) {
         0 => false,
         1 => true,
-        _ => std::env::var("AMDAHL_LINEAR_PERSIST").is_ok_and(|v| v == "1"),
+        _ => persist_env(),
     };
     let sc = w.fmt.superchunk_cols();
     on && nt == 2
