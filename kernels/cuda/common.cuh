@@ -120,29 +120,31 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // Exclusive prefix sum of `v` over the block (in thread order); `scratch` holds >= 33 ints.
 // Returns the exclusive prefix; `*total` gets the block total.
 __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int* total) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     int x = v;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
         int y = __shfl_up_sync(0xffffffffu, x, o);
         if (lane >= o) x += y;
     }
-    __syncthreads();
     if (lane == 31) scratch[warp] = x;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int acc = 0;
-        for (int i = 0; i < nw; i++) {
-            int t = scratch[i];
-            scratch[i] = acc;
-            acc += t;
+    // Warp 0 scans the warp totals (lanes past the last warp add 0, so lane 31 ends with the sum).
+    if (warp == 0) {
+        const int w = lane < nw ? scratch[lane] : 0;
+        int s = w;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
         }
-        scratch[32] = acc;
+        scratch[lane] = s - w;
+        if (lane == 31) scratch[32] = s;
     }
     __syncthreads();
     int r = scratch[warp] + x - v;
     *total = scratch[32];
-    __syncthreads();
+    __syncthreads();  // before the scratch's next use
     return r;
 }
 

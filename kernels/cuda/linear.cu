@@ -197,6 +197,106 @@ __device__ void linear_kernel(WDesc d, const u16* __restrict__ x, int ldx, void*
     }
 }
 
+// Persistent dense linear at two token groups (FP8 formats, K ≤ 8 warps × 2 superchunks = 1024
+// columns; launch/linear.rs `persist_applies`): blocks of 8 warps loop over the 16-row tiles
+// blockIdx.x, blockIdx.x + gridDim.x, … of matrix blockIdx.z. Each warp loads its K share of
+// the activations once into registers (at 16 tokens twice a tile's weight bytes, which the
+// one-tile blocks re-read per tile) and the next tile's weights before the current tile's MMAs,
+// cross-warp reduction and store, so a block's loads stay in flight across its tiles (ncu, H100,
+// wq_b at b16: 34% of stalls on the first use of the weights, blocks ~5.6K cycles for one round
+// of loads). Built in the fourteenth session with no device time left: not yet measured.
+template <int FMT>
+__device__ void linear_persist_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
+                                      int M, int N, int K, int out_bf16) {
+    constexpr int NT = 2, V = Vec<FMT>::V, SC = 32 * V, P = 2;
+    extern __shared__ float red[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int e = blockIdx.z;
+    x += (i64)e * K;
+    y = out_bf16 ? (void*)(reinterpret_cast<u16*>(y) + (i64)e * N) : (void*)(reinterpret_cast<float*>(y) + (i64)e * N);
+    const float post = post_scale<FMT>(d, e);
+    const int nsc = K / SC, per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
+    u32 xv[P][NT][4 * V];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int k = (c_begin + p) * SC + t * 8 * V;
+        const bool live = c_begin + p < c_end;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int m = j * 8 + g;
+#pragma unroll
+            for (int q = 0; q < V; q++) {
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (live && m < M) v = *reinterpret_cast<const uint4*>(x + (i64)m * ldx + k + 8 * q);
+                xv[p][j][4 * q] = v.x; xv[p][j][4 * q + 1] = v.y; xv[p][j][4 * q + 2] = v.z; xv[p][j][4 * q + 3] = v.w;
+            }
+        }
+    }
+    const int tiles = (N + 15) / 16;
+    auto load_w = [&](int tile, u32 (&wa)[P][4 * V], u32 (&wb)[P][4 * V]) {
+        const int r0 = min(tile * 16 + g, N - 1), r1 = min(tile * 16 + g + 8, N - 1);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int k = (c_begin + p) * SC + t * 8 * V;
+            if (c_begin + p < c_end) {
+                load_wv<FMT, V>(d, e, r0, k, K, wa[p]);
+                load_wv<FMT, V>(d, e, r1, k, K, wb[p]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4 * V; i++) wa[p][i] = wb[p][i] = 0;
+            }
+        }
+    };
+    // One tile from weights (wa, wb), its sum over the warps and its store.
+    auto finish = [&](int tile, const u32 (&wa)[P][4 * V], const u32 (&wb)[P][4 * V]) {
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int s = 0; s < 2 * V; s++) {
+                const u32 a[4] = {wa[p][2 * s], wb[p][2 * s], wa[p][2 * s + 1], wb[p][2 * s + 1]};
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_bf16(acc[j], a, xv[p][j][2 * s], xv[p][j][2 * s + 1]);
+            }
+        reduce_warps<NT>(acc, red);
+        for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
+            int row, tok;
+            tile_coord(i, &row, &tok);
+            const int n = tile * 16 + row, m = tok;
+            if (n < N && m < M) {
+                const float v = red[i] * post;
+                if (out_bf16) reinterpret_cast<u16*>(y)[(i64)m * ldy + n] = f2bf(v);
+                else reinterpret_cast<float*>(y)[(i64)m * ldy + n] = v;
+            }
+        }
+        __syncthreads();  // red is free for the next tile
+    };
+    u32 wa0[P][4 * V], wb0[P][4 * V], wa1[P][4 * V], wb1[P][4 * V];
+    int tile = blockIdx.x;
+    if (tile < tiles) load_w(tile, wa0, wb0);
+    // Two tiles per round, so each weight buffer is a fixed set of registers.
+    while (tile < tiles) {
+        const int t1 = tile + gridDim.x;
+        if (t1 < tiles) load_w(t1, wa1, wb1);
+        finish(tile, wa0, wb0);
+        if (t1 >= tiles) break;
+        const int t2 = t1 + gridDim.x;
+        if (t2 < tiles) load_w(t2, wa0, wb0);
+        finish(t1, wa1, wb1);
+        tile = t2;
+    }
+}
+
+#define LINEAR_PERSIST_ENTRY(NAME, FMT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 2) linear_##NAME##_nt2_p(                         \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {           \
+        pdl_enter();                                                                                     \
+        linear_persist_kernel<FMT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                                \
+    }
+
 // Bytes per stored row of a row-major dense format (0: not prefetched: tiled FP4, f32).
 template <int FMT>
 __device__ __forceinline__ i64 row_bytes(int K) {
@@ -434,16 +534,21 @@ __device__ __forceinline__ void warp_items(const int* act_list, int N, int* begi
 // The loop of the warp expert kernels: for every (active expert, 16-row tile) this warp owns
 // and every 8 of the expert's plan entries, the tile over all of K (`xrow(entry)`: the entry's
 // input row), each lane's 4 results handed to `store(e, entry, n, acc0, acc1)` for in-range
-// rows n and entries.
+// rows n and entries. With more tiles than warps they are handed out by a counter (`work[0]`;
+// `work[1]` counts the warps done, and the last one resets both for the next launch): a warp
+// takes the next tile when it finishes one (requesting it before computing the current), so
+// blocks that start late, on SMs still running the other stream's kernels (the shared expert
+// beside the routed ones), take fewer tiles instead of finishing last. Each tile is still one
+// warp's whole sum: the results do not depend on which warp computes it.
 template <int FMT, int DUAL, int U, class XRow, class Store>
 __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d1,
                                                  const int* __restrict__ offsets,
                                                  const int* __restrict__ act_list, int N, int K,
-                                                 XRow xrow, Store store) {
+                                                 unsigned* __restrict__ work, XRow xrow, Store store) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int begin, end, groups;
     warp_items(act_list, N, &begin, &end, &groups);
-    for (int item = begin; item < end; item++) {
+    auto tile = [&](int item) {
         const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
         const int start = offsets[e], count = offsets[e + 1] - start;
         for (int m0 = 0; m0 < count; m0 += 8) {
@@ -456,6 +561,24 @@ __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d
                 if (n < N && m < count) store(e, start + m, n, a0[r], a1[r]);
             }
         }
+    };
+    const int total = act_list[0] * groups, nw = gridDim.x * (blockDim.x >> 5);
+    const bool queue = work != nullptr && total > nw;
+    auto take = [&]() {
+        unsigned q = 0;
+        if (lane == 0) q = atomicAdd(&work[0], 1u);
+        return (int)__shfl_sync(0xffffffffu, q, 0);
+    };
+    int item = queue ? take() : begin;
+    const int stop = queue ? total : end;
+    while (item < stop) {
+        const int next = queue ? take() : item + 1;
+        tile(item);
+        item = next;
+    }
+    if (queue && lane == 0 && atomicAdd(&work[1], 1u) == (unsigned)nw - 1) {
+        work[0] = 0u;
+        work[1] = 0u;
     }
 }
 
@@ -464,9 +587,9 @@ template <int FMT, int U>
 __device__ void moe_up_warp_kernel(WDesc w1, WDesc w3, const u16* __restrict__ x, int ldx,
                                    const int* __restrict__ offsets, const int* __restrict__ tok_of,
                                    const int* __restrict__ act_list, u16* __restrict__ act, int N,
-                                   int K, float limit) {
+                                   int K, float limit, unsigned* __restrict__ work) {
     warp_expert_loop<FMT, 1, U>(
-        w1, w3, offsets, act_list, N, K,
+        w1, w3, offsets, act_list, N, K, work,
         [&](int entry) { return x + (i64)tok_of[entry] * ldx; },
         [&](int e, int entry, int n, float v1, float v3) {
             act[(i64)entry * N + n] =
@@ -479,9 +602,9 @@ template <int FMT, int U>
 __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
                                      const int* __restrict__ offsets, const float* __restrict__ wt,
                                      const int* __restrict__ act_list, float* __restrict__ y, int N,
-                                     int K) {
+                                     int K, unsigned* __restrict__ work) {
     warp_expert_loop<FMT, 0, U>(
-        w2, w2, offsets, act_list, N, K,
+        w2, w2, offsets, act_list, N, K, work,
         [&](int entry) { return act + (i64)entry * K; },
         [&](int e, int entry, int n, float v, float) {
             y[(i64)entry * N + n] = v * post_scale<FMT>(w2, e) * wt[entry];
@@ -517,13 +640,14 @@ __device__ void moe_down_warp_kernel(WDesc w2, const u16* __restrict__ act,
 #define WARP_ENTRY(NAME, FMT)                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_up_w_##NAME(                               \
         WDesc w1, WDesc w3, const u16* x, int ldx, const int* offsets, const int* tok_of,                \
-        const int* act_list, u16* act, int N, int K, float limit) { pdl_enter();                         \
-        moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit);         \
+        const int* act_list, u16* act, int N, int K, float limit, unsigned* work) { pdl_enter();          \
+        moe_up_warp_kernel<FMT, 2>(w1, w3, x, ldx, offsets, tok_of, act_list, act, N, K, limit, work);   \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 2) moe_down_w_##NAME(                             \
         WDesc w2, const u16* act, const int* offsets, const float* wt, const int* act_list, float* y,    \
-        int N, int K) { pdl_enter();                                                                     \
-        moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K);  \
+        int N, int K, unsigned* work) { pdl_enter();                                                     \
+        moe_down_warp_kernel<FMT, (Vec<FMT>::V == 4 ? 3 : 2)>(w2, act, offsets, wt, act_list, y, N, K,   \
+                                                              work);                                     \
     }
 
 #define LINEAR_FORMAT(NAME, FMT) \
@@ -543,6 +667,9 @@ LINEAR_FORMAT(nvfp4, FMT_NVFP4)
 LINEAR_FORMAT(mxfp4, FMT_MXFP4)
 LINEAR_FORMAT(nvfp4t, FMT_NVFP4T)
 LINEAR_FORMAT(mxfp4t, FMT_MXFP4T)
+LINEAR_PERSIST_ENTRY(fp8b_e8m0, FMT_FP8B_E8M0)
+LINEAR_PERSIST_ENTRY(fp8b_f32, FMT_FP8B_F32)
+LINEAR_PERSIST_ENTRY(fp8t, FMT_FP8T)
 
 // f32-input linear for small, selection-sensitive projections (the MoE router). Block = 32 rows
 // (a lane per row) × 16 tokens; its 8 warps split each 256-wide K chunk (32 columns each), with

@@ -119,11 +119,10 @@ __device__ __forceinline__ float lanes_max(float v, int first, int stride, int n
     return m;
 }
 
-// pre, post and the Sinkhorn-projected comb of one token from its mixing vector, by warp 0:
-// lane i·hc + j holds comb[i][j] (row sums over lanes i·hc.., column sums over lanes j + hc·..).
-// Writes post and comb to mb and pre to spre.
+// pre and post of one token from its mixing vector, by warp 0, and comb's logits (the Sinkhorn
+// is `hc_sinkhorn`'s, off the sub-layer's path). Writes post and the logits to mb, pre to spre.
 __device__ void hc_mixers(const float* smix, const float* __restrict__ base,
-                          const float* __restrict__ scale, int hc, int iters, float hc_eps,
+                          const float* __restrict__ scale, int hc, float hc_eps,
                           float* __restrict__ mb, float* spre) {
     const int lane = threadIdx.x & 31;
     if (threadIdx.x >= 32) return;
@@ -131,16 +130,28 @@ __device__ void hc_mixers(const float* smix, const float* __restrict__ base,
         spre[lane] = sigmoidf_(smix[lane] * scale[0] + base[lane]) + hc_eps;
         mb[lane] = 2.f * sigmoidf_(smix[hc + lane] * scale[1] + base[hc + lane]);
     }
+    if (lane < hc * hc) mb[hc + lane] = smix[2 * hc + lane] * scale[2] + base[2 * hc + lane];
+}
+
+// The Sinkhorn projection of each token's comb, in place in mixbuf [T, hc + hc·hc] (its logits
+// from `hc_pre`), a warp per token: lane i·hc + j holds comb[i][j] (row sums over lanes i·hc..,
+// column sums over lanes j + hc·..). Only `hc_post` reads comb, so this runs on the side stream
+// next to the sub-layer: in `hc_pre` the block's other 31 warps waited it out at a barrier
+// (58% of their cycles, ncu, H100, b16).
+extern "C" __global__ void __launch_bounds__(256) hc_sinkhorn(float* __restrict__ mixbuf, int hc, int T,
+                                                             int iters, float hc_eps) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31, t = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (t >= T) return;
+    float* mb = mixbuf + (i64)t * (hc + hc * hc);
     const bool mine = lane < hc * hc;
     const int i = lane / hc, j = lane % hc;
-    const int m = 2 * hc + (mine ? lane : 0);
-    float c = smix[m] * scale[2] + base[m];
+    float c = mine ? mb[hc + lane] : 0.f;
     const float mx = lanes_max(c, i * hc, 1, hc);
     c = expf(c - mx);
     c = c / lanes_sum(c, i * hc, 1, hc) + hc_eps;
     // Column normalization first, then (row, column) pairs: `iters` column passes in all. The
-    // divisions are a reciprocal and a multiply (`__fdividef`, within 2 ulp for these sums): the
-    // IEEE division's range check and slow-path call sat on this serial chain 40 times.
+    // divisions are a reciprocal and a multiply (`__fdividef`, within 2 ulp for these sums).
     for (int it = 0; it < (iters > 1 ? iters : 1); it++) {
         if (it > 0) c = __fdividef(c, lanes_sum(c, i * hc, 1, hc) + hc_eps);
         c = __fdividef(c, lanes_sum(c, j, hc, hc) + hc_eps);
@@ -160,6 +171,15 @@ __device__ __forceinline__ void hc_post_mix(const float post[4], const float com
     }
 }
 
+// Component e (0..3: x, y, z, w) of a float4; e known at compile time where unrolled.
+__device__ __forceinline__ float f4_at(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
+__device__ __forceinline__ void f4_set(float4& v, int e, float x) {
+    if (e == 0) v.x = x;
+    else if (e == 1) v.y = x;
+    else if (e == 2) v.z = x;
+    else v.w = x;
+}
+
 // w ⊙ (u · r) at float4 column c4 into the f32 and/or bf16 row (either nullable).
 __device__ __forceinline__ void store_norm4(float4 u, float4 w, float r, int c4, float* uf, u16* ub) {
     const float4 v = make_float4(w.x * (u.x * r), w.y * (u.y * r), w.z * (u.z * r), w.w * (u.w * r));
@@ -168,15 +188,16 @@ __device__ __forceinline__ void store_norm4(float4 u, float4 w, float r, int c4,
 }
 
 // Before a sub-layer (after the mixing partials: `hc_mix_partial` or the previous `hc_post`):
-// mix → pre/post/comb (Sinkhorn), u = Σ pre_i X_i, then the sub-layer's weighted RMSNorm.
-// Writes post and comb to mixbuf [T, hc + hc·hc] for `hc_post`, and the normalized input as f32
+// mix → pre, post and comb's logits, u = Σ pre_i X_i, then the sub-layer's weighted RMSNorm.
+// Writes post and the logits to mixbuf [T, hc + hc·hc] (`hc_sinkhorn` makes comb of them for
+// `hc_post`), and the normalized input as f32
 // (nullable) and bf16 (nullable). One block of PRE_THREADS per token: the first float4 column
 // of every stream and the norm weights are loaded before the mixing reduction, so a
 // token costs about three memory round trips. D % 4 == 0 (checked at launch). Dynamic smem:
 // D floats.
 extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
     const float* __restrict__ X, const float* __restrict__ partial, int parts, const float* __restrict__ base,
-    const float* __restrict__ scale, int hc, int D, int iters, float hc_eps, float norm_eps,
+    const float* __restrict__ scale, int hc, int D, float hc_eps, float norm_eps,
     const float* __restrict__ nw, float* __restrict__ mixbuf, float* __restrict__ u_f32,
     u16* __restrict__ u_bf) {
     pdl_enter();
@@ -200,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(PRE_THREADS) hc_pre(
         }
     }
     hc_mix_reduce(partial, t, parts, W, nmix, norm_eps, smix);
-    hc_mixers(smix, base, scale, hc, iters, hc_eps, mixbuf + (i64)t * (hc + hc * hc), spre);
+    hc_mixers(smix, base, scale, hc, hc_eps, mixbuf + (i64)t * (hc + hc * hc), spre);
     __syncthreads();
     float pre[4];
 #pragma unroll
@@ -407,22 +428,27 @@ extern "C" __global__ void __launch_bounds__(256) hc_post_rows(
         float4* X4 = reinterpret_cast<float4*>(X + (i64)t * hc * D);
         const float4 yv = reinterpret_cast<const float4*>(y + (i64)t * D)[c4];
         float4 old[4];
+        float post[4], comb[4][4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) old[j] = j < hc ? X4[j * D4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < 4; j++) {
+            old[j] = j < hc ? X4[j * D4 + c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+            post[j] = j < hc ? mb[j] : 0.f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k >= hc) break;
-            const float p = mb[k];
-            float4 a = make_float4(p * yv.x, p * yv.y, p * yv.z, p * yv.w);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (j >= hc) break;
-                const float cm = mb[hc + j * hc + k];
-                a.x += cm * old[j].x; a.y += cm * old[j].y; a.z += cm * old[j].z; a.w += cm * old[j].w;
-            }
-            v[k] = a;
-            X4[k * D4 + c4] = a;
+            for (int k = 0; k < 4; k++) comb[j][k] = j < hc && k < hc ? mb[hc + j * hc + k] : 0.f;
         }
+        // hc_post_mix per component of the float4 columns.
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float o[4], r[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) o[j] = f4_at(old[j], e);
+            hc_post_mix(post, comb, o, f4_at(yv, e), r);
+#pragma unroll
+            for (int k = 0; k < 4; k++) f4_set(v[k], e, r[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (k < hc) X4[k * D4 + c4] = v[k];
     }
     if (!fn_next) return;
     __syncthreads();  // the staged weights

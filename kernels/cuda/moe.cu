@@ -8,6 +8,16 @@
 #define ROUTE_MAXE 384
 #define ROUTE_MAXK 16
 
+// Expert e's entry of a warp's per-lane score array s (lane e % 32 holds it at e / 32), to
+// every lane.
+__device__ __forceinline__ float route_score_of(const float* s, int e, int lane) {
+    float v = 0.f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAXE / 32; i++)
+        if (lane + 32 * i == e) v = s[i];
+    return __shfl_sync(0xffffffffu, v, e & 31);
+}
+
 // Token t's experts and weights, by one warp.
 __device__ __forceinline__ void route_token(const float* __restrict__ logits, int E, int t, int scoring,
                                             const float* __restrict__ bias, const int* __restrict__ tid2eid,
@@ -42,9 +52,21 @@ __device__ __forceinline__ void route_token(const float* __restrict__ logits, in
 #pragma unroll
         for (int i = 0; i < ROUTE_MAXE / 32; i++) s[i] /= sum;
     }
-    int chosen[ROUTE_MAXK];
+    // Lane j < k ends holding the j-th choice: its expert and unbiased score (no per-token
+    // arrays indexed by j, which would live in local memory). wsum adds the scores in j order.
+    int my_e = 0;
+    float my_w = 0.f, wsum = 0.f;
     if (tid2eid != nullptr) {
-        for (int j = 0; j < k; j++) chosen[j] = tid2eid[(i64)tokens[t] * k + j];
+        const int e_l = lane < k ? tid2eid[(i64)tokens[t] * k + lane] : 0;
+        for (int j = 0; j < k; j++) {
+            const int e = __shfl_sync(0xffffffffu, e_l, j);
+            const float v = route_score_of(s, e, lane);
+            if (lane == j) {
+                my_e = e;
+                my_w = v;
+            }
+            wsum += v;
+        }
     } else {
         float key[ROUTE_MAXE / 32];
 #pragma unroll
@@ -72,32 +94,22 @@ __device__ __forceinline__ void route_token(const float* __restrict__ logits, in
                     be = oe;
                 }
             }
-            chosen[j] = be;
+            const float v = route_score_of(s, be, lane);
+            if (lane == j) {
+                my_e = be;
+                my_w = v;
+            }
+            wsum += v;
 #pragma unroll
             for (int i = 0; i < ROUTE_MAXE / 32; i++)
                 if (lane + 32 * i == be) key[i] = NEG_INF;
         }
     }
-    // The chosen experts' unbiased scores (each held by lane e % 32).
-    float w[ROUTE_MAXK];
-    float wsum = 0.f;
-    for (int j = 0; j < k; j++) {
-        int e = chosen[j];
-        float v = 0.f;
-#pragma unroll
-        for (int i = 0; i < ROUTE_MAXE / 32; i++)
-            if (lane + 32 * i == e) v = s[i];
-        v = __shfl_sync(0xffffffffu, v, e & 31);
-        w[j] = v;
-        wsum += v;
-    }
-    if (lane == 0) {
-        for (int j = 0; j < k; j++) {
-            float v = w[j];
-            if (norm_topk) v /= (wsum + 1e-20f);
-            ids[(i64)t * k + j] = chosen[j];
-            wts[(i64)t * k + j] = v * scaling;
-        }
+    if (lane < k) {
+        float v = my_w;
+        if (norm_topk) v /= (wsum + 1e-20f);
+        ids[(i64)t * k + lane] = my_e;
+        wts[(i64)t * k + lane] = v * scaling;
     }
 }
 
@@ -122,9 +134,12 @@ __device__ void plan_counts(const int* sid, int n, int E, int* cnt, int* scan,
     for (int a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&cnt[sid[a]], 1);
     __syncthreads();
     const int c = threadIdx.x < E ? cnt[threadIdx.x] : 0;
-    int total, n_act;
-    const int off = block_exclusive_scan(c, scan, &total);
-    const int ai = block_exclusive_scan(c > 0 ? 1 : 0, scan, &n_act);
+    // Both prefix sums in one scan: the counts above 10 bits, the active flags below (E <= 384
+    // < 2^10; n < 2^21, far beyond the shared memory the assignments take).
+    int packed;
+    const int both = block_exclusive_scan((c << 10) | (c > 0 ? 1 : 0), scan, &packed);
+    const int off = both >> 10, ai = both & 1023;
+    const int total = packed >> 10, n_act = packed & 1023;
     if (threadIdx.x < E) {
         cnt[threadIdx.x] = off;
         offsets[threadIdx.x] = off;
@@ -167,15 +182,21 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(
 // another block of this grid wrote (read through L2: `__ldcg`). The scatter is one warp's walk
 // over the assignments in chunks of 32: lanes of a chunk with the same expert rank themselves by
 // `__match_any_sync`, so each expert's entries stay in assignment order (as moe_plan's) in
-// n / 32 steps rather than a walk over all n per expert. `sm`: n + E + 34 ints of shared memory.
+// n / 32 steps rather than a walk over all n per expert; the weights come into shared memory
+// with the experts, by every thread, so the walk waits on no global load. `sm`: 2n + E + 34
+// ints of shared memory.
 __device__ void plan_block(const int* ids, const float* wts, int n, int k, int E,
                            int* __restrict__ offsets, int* __restrict__ tok_of,
                            float* __restrict__ wt_of, int* __restrict__ slot_of,
                            int* __restrict__ act_list, int* sm) {
-    int* sid = sm;            // n: the assignments' experts
-    int* cnt = sid + n;       // E: counts, then each expert's next position
-    int* scan = cnt + E + 1;  // 33: block scan scratch
-    for (int a = threadIdx.x; a < n; a += blockDim.x) sid[a] = __ldcg(ids + a);
+    int* sid = sm;                                 // n: the assignments' experts
+    float* swt = reinterpret_cast<float*>(sm + n);  // n: their weights
+    int* cnt = sm + 2 * n;                         // E: counts, then each expert's next position
+    int* scan = cnt + E + 1;                       // 33: block scan scratch
+    for (int a = threadIdx.x; a < n; a += blockDim.x) {
+        sid[a] = __ldcg(ids + a);
+        swt[a] = __ldcg(wts + a);
+    }
     plan_counts(sid, n, E, cnt, scan, offsets, act_list);
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
@@ -186,7 +207,7 @@ __device__ void plan_block(const int* ids, const float* wts, int n, int k, int E
             if (a < n) {
                 const int pos = cnt[e] + __popc(peers & ((1u << lane) - 1u));
                 tok_of[pos] = a / k;
-                wt_of[pos] = __ldcg(wts + a);
+                wt_of[pos] = swt[a];
                 slot_of[a] = pos;
             }
             __syncwarp();
@@ -196,9 +217,11 @@ __device__ void plan_block(const int* ids, const float* wts, int n, int k, int E
     }
 }
 
-// moe_route and moe_plan in one launch (`AMDAHL_ROUTE_PLAN=fused`, opt-in until measured): a
-// warp per token, 32 tokens per block; the last block to finish (counted in `done`, which it
-// resets for the next launch) makes the plan. Dynamic smem: T·k + E + 34 ints.
+// moe_route and moe_plan in one launch (the default; `AMDAHL_ROUTE_PLAN=separate` takes the
+// two): a warp per token, blockDim / 32 tokens per block (blockDim >= E, for the plan's
+// scans); the last block to finish (counted in `done`, which it resets for the next launch)
+// makes the plan. A grid of one block (up to 32 tokens) skips the fences and the count: its
+// barrier already shows it its own assignments. Dynamic smem: 2·T·k + E + 34 ints.
 extern "C" __global__ void __launch_bounds__(1024) moe_route_plan(
     const float* __restrict__ logits, int E, int T, int scoring, const float* __restrict__ bias,
     const int* __restrict__ tid2eid, const int* __restrict__ tokens, int k, float scaling,
@@ -210,6 +233,11 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route_plan(
     __shared__ int last;
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (t < T) route_token(logits, E, t, scoring, bias, tid2eid, tokens, k, scaling, norm_topk, ids, wts);
+    if (gridDim.x == 1) {
+        __syncthreads();
+        plan_block(ids, wts, T * k, k, E, offsets, tok_of, wt_of, slot_of, act_list, plan_sm);
+        return;
+    }
     __threadfence();  // this block's assignments before its arrival
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;

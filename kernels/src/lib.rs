@@ -135,6 +135,15 @@ pub fn linear_entry(kind: &str, format: &str, tiles: usize) -> String {
     format!("{kind}_{format}_nt{tiles}")
 }
 
+/// Formats of the persistent dense linear at two token groups (`linear_{format}_nt2_p`,
+/// linear.cu `LINEAR_PERSIST_ENTRY`).
+pub const LINEAR_PERSIST_FORMATS: [&str; 3] = ["fp8b_e8m0", "fp8b_f32", "fp8t"];
+
+/// The persistent dense linear of `format` at two token groups.
+pub fn linear_persist_entry(format: &str) -> String {
+    format!("linear_{format}_nt2_p")
+}
+
 /// The warp-per-tile decode variant of a grouped expert kernel (`moe_up_w_*`, `moe_down_w_*`).
 pub fn warp_entry(kind: &str, format: &str) -> String {
     format!("{kind}_w_{format}")
@@ -206,6 +215,11 @@ pub fn linear_entries() -> Vec<String> {
         }
         v.push(format!("linear_f32x_{f}"));
     }
+    v.extend(
+        LINEAR_PERSIST_FORMATS
+            .iter()
+            .map(|f| linear_persist_entry(f)),
+    );
     v
 }
 
@@ -279,14 +293,16 @@ pub mod mhc {
     pub const EMBED_ROWS: Entry = e("mhc", "embed_rows");
     pub const HC_MIX_PARTIAL: Entry = e("mhc", "hc_mix_partial");
     pub const HC_PRE: Entry = e("mhc", "hc_pre");
+    pub const HC_SINKHORN: Entry = e("mhc", "hc_sinkhorn");
     pub const HC_POST: Entry = e("mhc", "hc_post");
     pub const HC_POST_ROWS: Entry = e("mhc", "hc_post_rows");
     pub const HC_HEAD: Entry = e("mhc", "hc_head");
     pub const NORM_ROWS: Entry = e("mhc", "norm_rows");
-    pub const ALL: [Entry; 7] = [
+    pub const ALL: [Entry; 8] = [
         EMBED_ROWS,
         HC_MIX_PARTIAL,
         HC_PRE,
+        HC_SINKHORN,
         HC_POST,
         HC_POST_ROWS,
         HC_HEAD,
@@ -511,8 +527,18 @@ mod tests {
         assert!(src.contains("    WARP_ENTRY(NAME, FMT)"));
         assert_eq!(
             linear_entries().len(),
-            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3)
+            LINEAR_FORMATS.len() * (3 * LINEAR_TILES.len() + 3) + LINEAR_PERSIST_FORMATS.len()
         );
+        assert!(src.contains("linear_##NAME##_nt2_p("));
+        for f in LINEAR_PERSIST_FORMATS {
+            let code = LINEAR_FORMATS.iter().position(|x| *x == f).unwrap();
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&format!("LINEAR_PERSIST_ENTRY({f},")))
+                .unwrap_or_else(|| panic!("linear.cu has no LINEAR_PERSIST_ENTRY({f}, …)"));
+            let fmt = line.split(',').nth(1).unwrap().trim().trim_end_matches(')');
+            assert!(full.contains(&format!("#define {fmt} {code}")));
+        }
     }
 
     /// `{macro}({f}, FMT_X)` instantiates each format of a linear module's list, and FMT_X is

@@ -100,6 +100,9 @@ pub const SPLIT_PARTIAL_BYTES: usize = amdahl_kernels::linear::SPLIT_PARTS * 4;
 pub const SPLIT_WS_BYTES: usize = 16 << 20;
 const _: () = assert!(SPLIT_WS_BYTES >= SPLIT_PARTIAL_BYTES);
 pub const SPLIT_COUNTERS: usize = amdahl_kernels::linear::SPLIT_TILES;
+/// Work counters after the tile counters ([`Gpu::work_counters`]): the warp expert kernels'
+/// tile queues, two words each (up, down).
+pub const WORK_COUNTERS: usize = 4;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -231,8 +234,8 @@ impl Gpu {
             split_ws: None,
             side_ws: None,
         };
-        let ws = gpu.zeros(SPLIT_WS_BYTES + SPLIT_COUNTERS * 4)?;
-        let side_ws = gpu.zeros(SPLIT_WS_BYTES + SPLIT_COUNTERS * 4)?;
+        let ws = gpu.zeros(SPLIT_WS_BYTES + (SPLIT_COUNTERS + WORK_COUNTERS) * 4)?;
+        let side_ws = gpu.zeros(SPLIT_WS_BYTES + (SPLIT_COUNTERS + WORK_COUNTERS) * 4)?;
         gpu.sync()?;
         gpu.split_ws = Some(ws);
         gpu.side_ws = Some(side_ws);
@@ -249,6 +252,12 @@ impl Gpu {
         };
         let p = ws.as_ref().map_or(0, DevBuf::ptr);
         (p, p + SPLIT_WS_BYTES as u64)
+    }
+
+    /// The [`WORK_COUNTERS`] zeroed words of the stream launches go to (each kernel that uses a
+    /// pair leaves it zeroed).
+    pub fn work_counters(&self) -> u64 {
+        self.split_ws().1 + (SPLIT_COUNTERS * 4) as u64
     }
 
     /// How kernels are built and launched (programmatic dependents unless `Pdl::Off`).

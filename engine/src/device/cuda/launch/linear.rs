@@ -2,6 +2,8 @@
 //! streamed and tiled-GEMM variants where they take over (`stream.rs`, `gemm.rs`), and the
 //! f32-input router.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use amdahl_kernels::linear_entry;
 
 use crate::error::{EngineError, Result};
@@ -68,6 +70,26 @@ pub fn linear(
         )?;
         return Ok(l.blocks());
     }
+    if persist_applies(w, nt, ldx, x) {
+        let tiles = w.rows.div_ceil(16);
+        let per_matrix = tiles.min((2 * gpu.info.sms).div_ceil(w.experts.max(1)));
+        let l = Launch::new((per_matrix, 1, w.experts), 256, lin_smem(nt));
+        gpu.launch_named(
+            &amdahl_kernels::linear_persist_entry(w.fmt.name()),
+            l,
+            Args::new()
+                .raw(&w.desc().as_bytes())
+                .ptr(x)
+                .usize(ldx)
+                .ptr(y)
+                .usize(ldy)
+                .usize(m)
+                .usize(w.rows)
+                .usize(w.cols)
+                .i32(out_bf16 as i32),
+        )?;
+        return Ok(l.blocks());
+    }
     let name = linear_entry("linear", w.fmt.name(), nt);
     let tiles = w.rows.div_ceil(16);
     let slots = lin_blocks_per_sm(w.fmt, nt) * gpu.info.sms;
@@ -98,6 +120,41 @@ pub fn linear(
             .ptr(cnt),
     )?;
     Ok(l.blocks())
+}
+
+/// Forced persistent linear on (1) or off (0), or unset (`u8::MAX`: on unless
+/// `AMDAHL_LINEAR_PERSIST=0`; H100, wq_b at 16 tokens 26.9 → 22.0 µs by ncu, docs/PERF.md).
+static PERSIST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Forces the persistent dense linear on or off where it applies (`None`: the environment).
+#[cfg(test)]
+pub fn force_linear_persist(v: Option<bool>) {
+    PERSIST_FORCE.store(v.map_or(u8::MAX, u8::from), Ordering::Relaxed);
+}
+
+/// `AMDAHL_LINEAR_PERSIST` (read once): the persistent linear unless `0`.
+fn persist_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("AMDAHL_LINEAR_PERSIST").as_deref() != Ok("0"))
+}
+
+/// Whether the persistent dense linear (`linear_*_nt2_p`: blocks looping over row tiles with
+/// the activations in registers) computes `w` at `nt` token groups from x rows of `ldx` at `x`:
+/// when on (the default), an FP8 format, two groups, K a whole number of superchunks and at most
+/// 8 warps × 2 of them, 16-byte-aligned x rows (wq_b at 9–16 tokens).
+pub fn persist_applies(w: &GLinear, nt: usize, ldx: usize, x: u64) -> bool {
+    let on = match PERSIST_FORCE.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => persist_env(),
+    };
+    let sc = w.fmt.superchunk_cols();
+    on && nt == 2
+        && amdahl_kernels::LINEAR_PERSIST_FORMATS.contains(&w.fmt.name())
+        && w.cols.is_multiple_of(sc)
+        && w.cols / sc <= 16
+        && ldx.is_multiple_of(8)
+        && x.is_multiple_of(16)
 }
 
 /// K splits of a dense linear of `blocks` row-tile blocks over `k` columns when `slots` blocks

@@ -63,10 +63,34 @@ pub fn hc_mix_partial(
     Ok(l.blocks())
 }
 
-/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm: Sinkhorn, the
-/// collapse and the norm, one block per token. `ready_parts` > 0: the mixing partials are
-/// already in `partial` (an `hc_post` with `next` wrote that many per token); 0: they are
-/// computed first (one more launch).
+/// The Sinkhorn projection of the comb logits `hc_pre` left in `mix`, a warp per token: what
+/// `hc_post` reads, so the layer runs it on the side stream beside the sub-layer.
+pub fn hc_sinkhorn(
+    gpu: &Gpu,
+    mix: u64,
+    hc: usize,
+    iters: usize,
+    hc_eps: f32,
+    t: usize,
+) -> Result<u64> {
+    let l = Launch::new((t.div_ceil(8), 1, 1), 256, 0);
+    gpu.launch(
+        km::HC_SINKHORN,
+        l,
+        Args::new()
+            .ptr(mix)
+            .usize(hc)
+            .usize(t)
+            .usize(iters)
+            .f32(hc_eps),
+    )?;
+    Ok(l.blocks())
+}
+
+/// The pre-mix of a hyper-connection site fused with the sub-layer's RMSNorm: pre, post and
+/// comb's logits, the collapse and the norm, one block per token ([`hc_sinkhorn`] makes comb of
+/// the logits). `ready_parts` > 0: the mixing partials are already in `partial` (an `hc_post`
+/// with `next` wrote that many per token); 0: they are computed first (one more launch).
 #[allow(clippy::too_many_arguments)]
 pub fn hc_pre(
     gpu: &Gpu,
@@ -74,7 +98,6 @@ pub fn hc_pre(
     hcw: (u64, u64, u64),
     hc: usize,
     d: usize,
-    iters: usize,
     hc_eps: f32,
     eps: f32,
     norm_w: u64,
@@ -108,7 +131,6 @@ pub fn hc_pre(
             .ptr(hcw.2)
             .usize(hc)
             .usize(d)
-            .usize(iters)
             .f32(hc_eps)
             .f32(eps)
             .ptr(norm_w)

@@ -19,7 +19,7 @@ pub use linear::*;
 pub use mhc::*;
 pub use moe::{
     MoePlan, PlanOut, RouteArgs, moe_combine, moe_down, moe_plan, moe_route, moe_route_plan,
-    moe_up, plan_identity, route_plan_fused,
+    moe_up, plan_identity, route_plan_fits, route_plan_fused,
 };
 pub use stream::fp8_stream;
 

@@ -102,9 +102,22 @@ fn warp_at_one_token(down: bool) -> bool {
     if down { dn } else { up }
 }
 
-/// Blocks of 256 threads the warp expert kernels run as: two per SM (their register budget).
+/// Blocks of 256 threads the warp expert kernels run as: two per SM (their register budget),
+/// unless a test forces fewer ([`force_warp_grid`]).
 fn warp_grid(gpu: &Gpu) -> usize {
-    2 * gpu.info.sms.max(1)
+    match WARP_GRID_FORCE.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => 2 * gpu.info.sms.max(1),
+        n => n,
+    }
+}
+
+static WARP_GRID_FORCE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Forces the warp expert kernels' grid to `blocks` (`None`: two per SM), so a test's few
+/// experts still give more tiles than warps (the tile queue).
+#[cfg(test)]
+pub fn force_warp_grid(blocks: Option<usize>) {
+    WARP_GRID_FORCE.store(blocks.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The entry and geometry of a grouped expert launch of `kind` (`up` reads `matrices` = 2
@@ -115,18 +128,22 @@ fn expert_launch(
     w: &GLinear,
     plan: MoePlan,
     matrices: usize,
-) -> (String, Launch, Option<usize>) {
+) -> (String, Launch, ExpertTail) {
     let st = stream::stream_for(gpu, w, matrices);
     match (moe_kernel(plan, w, st.is_some(), kind == "down"), st) {
         (MoeKernel::Stream, Some(st)) => (
             amdahl_kernels::stream_entry(kind, w.fmt.name()),
             Launch::new((st.blocks_per_sm * gpu.info.sms, 1, 1), 256, st.smem),
-            Some(st.stages),
+            ExpertTail::Stream(st.stages),
         ),
         (MoeKernel::Warp, _) => (
             warp_entry(&format!("moe_{kind}"), w.fmt.name()),
             Launch::new((warp_grid(gpu), 1, 1), 256, 0),
-            None,
+            ExpertTail::Warp(if dynamic_tiles() {
+                gpu.work_counters() + if kind == "down" { 8 } else { 0 }
+            } else {
+                0
+            }),
         ),
         _ => {
             let nt = moe_tiles(plan.tokens, plan.slots);
@@ -137,10 +154,26 @@ fn expert_launch(
                     256,
                     matrices * lin_smem(nt),
                 ),
-                None,
+                ExpertTail::None,
             )
         }
     }
+}
+
+/// The trailing arguments of an expert launch's variant: the streamed kernels' ring depth, the
+/// warp kernels' tile queue (two zeroed words; 0: tiles by a fixed split).
+#[derive(Debug, Clone, Copy)]
+enum ExpertTail {
+    None,
+    Stream(usize),
+    Warp(u64),
+}
+
+/// Whether the warp expert kernels take their tiles from a queue (default) or by a fixed split
+/// of the tiles over the warps (`AMDAHL_MOE_TILES=fixed`).
+fn dynamic_tiles() -> bool {
+    static DYN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DYN.get_or_init(|| std::env::var("AMDAHL_MOE_TILES").as_deref() != Ok("fixed"))
 }
 
 /// Where a grouped expert launch finds its plan: expert offsets, the active-expert list
@@ -167,7 +200,7 @@ pub fn moe_up(
     act: u64,
     limit: f32,
 ) -> Result<u64> {
-    let (name, l, stages) = expert_launch(gpu, "up", w1, plan, 2);
+    let (name, l, tail) = expert_launch(gpu, "up", w1, plan, 2);
     let mut args = Args::new();
     args.raw(&w1.desc().as_bytes())
         .raw(&w3.desc().as_bytes())
@@ -180,14 +213,14 @@ pub fn moe_up(
         .usize(w1.rows)
         .usize(w1.cols)
         .f32(limit);
-    stream_args(gpu, &mut args, plan, stages);
+    tail_args(gpu, &mut args, plan, tail);
     gpu.launch_named(&name, l, &mut args)?;
     Ok(l.blocks())
 }
 
 /// Grouped down projection, rows scaled by their routing weight.
 pub fn moe_down(gpu: &Gpu, w2: &GLinear, act: u64, plan: MoePlan, wt: u64, y: u64) -> Result<u64> {
-    let (name, l, stages) = expert_launch(gpu, "down", w2, plan, 1);
+    let (name, l, tail) = expert_launch(gpu, "down", w2, plan, 1);
     let mut args = Args::new();
     args.raw(&w2.desc().as_bytes())
         .ptr(act)
@@ -197,17 +230,24 @@ pub fn moe_down(gpu: &Gpu, w2: &GLinear, act: u64, plan: MoePlan, wt: u64, y: u6
         .ptr(y)
         .usize(w2.rows)
         .usize(w2.cols);
-    stream_args(gpu, &mut args, plan, stages);
+    tail_args(gpu, &mut args, plan, tail);
     gpu.launch_named(&name, l, &mut args)?;
     Ok(l.blocks())
 }
 
-/// The streamed expert kernels' trailing arguments: the step's tokens (K splits only when one
-/// token group holds them all), ring depth, split workspace.
-fn stream_args(gpu: &Gpu, args: &mut Args, plan: MoePlan, stages: Option<usize>) {
-    if let Some(stages) = stages {
-        let (ws, cnt) = gpu.split_ws();
-        args.usize(plan.tokens).usize(stages).ptr(ws).ptr(cnt);
+/// An expert launch's trailing arguments: for the streamed kernels the step's tokens (K splits
+/// only when one token group holds them all), ring depth and split workspace; for the warp
+/// kernels their tile queue.
+fn tail_args(gpu: &Gpu, args: &mut Args, plan: MoePlan, tail: ExpertTail) {
+    match tail {
+        ExpertTail::Stream(stages) => {
+            let (ws, cnt) = gpu.split_ws();
+            args.usize(plan.tokens).usize(stages).ptr(ws).ptr(cnt);
+        }
+        ExpertTail::Warp(queue) => {
+            args.ptr(queue);
+        }
+        ExpertTail::None => {}
     }
 }
 
@@ -268,8 +308,30 @@ pub fn route_plan_fused() -> bool {
     *FUSED.get_or_init(|| std::env::var("AMDAHL_ROUTE_PLAN").as_deref() != Ok("separate"))
 }
 
-/// `moe_route` and `moe_plan` in one launch: 32 tokens per block, the last block to finish
-/// plans (`done`: a zeroed counter it leaves zeroed). The plan equals `moe_plan`'s.
+/// `moe_route_plan`'s block: a warp per token, at least one thread per expert (the plan's
+/// scans), at most 32 tokens.
+fn route_plan_threads(experts: usize, t: usize) -> usize {
+    (32 * t.min(32)).max(experts.next_multiple_of(32))
+}
+
+/// `moe_route_plan`'s dynamic shared memory: each assignment's expert and weight, the
+/// experts' counts and the scan scratch.
+fn route_plan_smem(experts: usize, k: usize, t: usize) -> usize {
+    (2 * t * k + experts + 34) * 4
+}
+
+/// Whether `moe_route_plan` can run these shapes on this GPU (its plan holds every
+/// assignment in one block's shared memory); the caller otherwise takes `moe_route` and
+/// `moe_plan`.
+pub fn route_plan_fits(gpu: &Gpu, experts: usize, k: usize, t: usize) -> bool {
+    experts <= kmoe::MAX_EXPERTS
+        && k <= kmoe::MAX_TOP_K
+        && route_plan_smem(experts, k, t) <= gpu.info.max_smem_optin
+}
+
+/// `moe_route` and `moe_plan` in one launch: a warp per token, up to 32 tokens per block; the
+/// last block to finish plans (`done`: a zeroed counter it leaves zeroed). The plan equals
+/// `moe_plan`'s.
 pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) -> Result<u64> {
     if r.experts > kmoe::MAX_EXPERTS || r.k > kmoe::MAX_TOP_K {
         return Err(EngineError::Device(format!(
@@ -280,7 +342,12 @@ pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) 
             kmoe::MAX_TOP_K
         )));
     }
-    let l = Launch::new((t.div_ceil(32), 1, 1), 1024, (t * r.k + r.experts + 34) * 4);
+    let threads = route_plan_threads(r.experts, t);
+    let l = Launch::new(
+        (t.div_ceil(threads / 32), 1, 1),
+        threads,
+        route_plan_smem(r.experts, r.k, t),
+    );
     gpu.launch(
         kmoe::MOE_ROUTE_PLAN,
         l,

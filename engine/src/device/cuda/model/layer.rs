@@ -55,7 +55,6 @@ impl GpuModel {
             ),
             hc,
             d,
-            c.hc_sinkhorn_iters,
             c.hc_eps,
             eps,
             lw.attn_norm.ptr(),
@@ -68,9 +67,25 @@ impl GpuModel {
         )?);
 
         tm.mark(g, Stage::AttnProj, cap)?;
-        // The kv row and the compressor depend only on the normed input: they run on the side
-        // stream while the q path runs here.
+        // The kv row and the compressor depend only on the normed input, and the Sinkhorn of
+        // this site's comb only on the pre-mix: they run on the side stream while the q path
+        // runs here (joined before the attention; `hc_post` reads comb after it).
+        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
+            tm.count(k::hc_sinkhorn(
+                g,
+                bf.mix.ptr(),
+                hc,
+                c.hc_sinkhorn_iters,
+                c.hc_eps,
+                t,
+            )?);
+            Ok(())
+        };
+        let last = sinkhorn_last();
         g.fork(|| {
+            if !last {
+                sinkhorn(tm)?;
+            }
             tm.count(k::linear(
                 g,
                 &a.wkv,
@@ -106,6 +121,9 @@ impl GpuModel {
                     max_entries: st.max_entries,
                 };
                 compress(g, cw, into, (eps, meta, rope), shape, tm)?;
+            }
+            if last {
+                sinkhorn(tm)?;
             }
             Ok(())
         })?;
@@ -332,7 +350,6 @@ impl GpuModel {
             ),
             hc,
             d,
-            c.hc_sinkhorn_iters,
             c.hc_eps,
             eps,
             lw.ffn_norm.ptr(),
@@ -379,6 +396,19 @@ impl GpuModel {
 
     fn moe(&self, l: usize, shape: Shape, _cap: bool, tm: &mut StageTimer) -> Result<()> {
         let e = self.w.layers[l].moe.n_experts;
+        let c = &self.cfg;
+        // The FFN site's Sinkhorn goes on the MoE's side stream (joined before the combine).
+        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
+            tm.count(k::hc_sinkhorn(
+                &self.gpu,
+                self.bufs.mix.ptr(),
+                c.hc_mult,
+                c.hc_sinkhorn_iters,
+                c.hc_eps,
+                shape.t,
+            )?);
+            Ok(())
+        };
         moe_forward(
             &self.gpu,
             &self.w.layers[l].moe,
@@ -386,6 +416,7 @@ impl GpuModel {
             self.mi(self.layout.tokens),
             shape.t,
             shape.t <= self.l2_ahead_experts_max_tokens,
+            &sinkhorn,
             tm,
         )?;
         // Keep the expert histogram of this layer for the analytic byte count.
@@ -456,8 +487,18 @@ fn compress(
 /// the H100's and H200's 50 MB): V4-Flash's six at one token (~28 MB in NVFP4).
 const L2_AHEAD_EXPERT_BYTES: usize = 32 << 20;
 
+/// Whether each site's comb Sinkhorn (`hc_sinkhorn`) runs last on its side stream, after the
+/// kv path or the shared expert (`AMDAHL_SINKHORN_AT=last`), or first (`first`).
+pub(crate) fn sinkhorn_last() -> bool {
+    static LAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| std::env::var("AMDAHL_SINKHORN_AT").as_deref() != Ok("first"))
+}
+
 /// The MoE of one layer over `t` rows: `u_f32`/`u_bf` (the normed FFN input) → `moe_out`;
-/// `ahead`: prefetch the active experts' down projections into L2 where they fit.
+/// `ahead`: prefetch the active experts' down projections into L2 where they fit; `side`
+/// runs on the side stream too, before or after the shared expert ([`sinkhorn_last`]: the FFN
+/// site's Sinkhorn).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_forward(
     g: &Gpu,
     m: &GMoe,
@@ -465,6 +506,7 @@ pub(crate) fn moe_forward(
     tokens: u64,
     t: usize,
     ahead: bool,
+    side: &dyn Fn(&mut StageTimer) -> Result<()>,
     tm: &mut StageTimer,
 ) -> Result<()> {
     let d = m.w1.cols;
@@ -473,7 +515,11 @@ pub(crate) fn moe_forward(
     let mut shared = 0u64;
     // The shared expert needs only the normed input: it runs on the side stream next to the
     // router, the plan and the routed experts, and joins before the combine.
+    let last = sinkhorn_last();
     g.fork(|| {
+        if !last {
+            side(tm)?;
+        }
         if let Some([w1, w3, w2]) = &m.shared
             && 2 * w1.rows <= d
             && k::gemm::pair_applies(w1, w3, t, d, bf.u_bf.ptr())
@@ -545,6 +591,9 @@ pub(crate) fn moe_forward(
             )?);
             shared = bf.sh_y.ptr();
         }
+        if last {
+            side(tm)?;
+        }
         Ok(())
     })?;
     tm.count(k::linear_f32x(
@@ -575,7 +624,7 @@ pub(crate) fn moe_forward(
         slot_of: bf.slot_of.ptr(),
         act_list: bf.act_list.ptr(),
     };
-    if k::route_plan_fused() {
+    if k::route_plan_fused() && k::route_plan_fits(g, e, kk, t) {
         tm.count(k::moe_route_plan(g, route, out, bf.route_done.ptr(), t)?);
     } else {
         tm.count(k::moe_route(g, route, t)?);

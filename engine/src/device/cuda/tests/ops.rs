@@ -99,12 +99,14 @@ fn linears_in_every_format_match_the_cpu() {
             // also through the streamed kernels that decode it to bf16 (one and two groups).
             let raw8 = amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt);
             let bf16 = Some(k::stream::Fp8Stream::Bf16);
+            // (The persistent kernel, where it applies — FP8, K ≤ 1024 —, at 9 tokens.)
             let mut cases = vec![
                 (1usize, true, None),
                 (1, false, None),
                 (5, true, None),
                 (16, true, None),
                 (16, false, None),
+                (9, false, None),
                 (33, true, None),
                 (64, true, None),
                 (100, true, None),
@@ -112,9 +114,11 @@ fn linears_in_every_format_match_the_cpu() {
             if raw8 {
                 cases.extend([(1, true, bf16), (5, true, bf16), (16, true, bf16)]);
             }
-            for (m, stream, fp8) in cases {
+            for (i, (m, stream, fp8)) in cases.into_iter().enumerate() {
+                let persist = i == 5;
                 k::stream::force_stream(Some(stream));
                 k::stream::force_fp8_stream(fp8);
+                k::force_linear_persist(Some(persist));
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
                 let xb = g.upload(&to_bf16_bits(&x)).unwrap();
@@ -122,9 +126,10 @@ fn linears_in_every_format_match_the_cpu() {
                 k::linear(&g, &gl, xb.ptr(), kk, y.ptr(), n, m, false).unwrap();
                 k::stream::force_stream(None);
                 k::stream::force_fp8_stream(None);
+                k::force_linear_persist(None);
                 let got: Vec<f32> = g.read(&y, 0, m * n).unwrap();
                 let e = rel_l2(&got, &want.data);
-                let how = format!("stream={stream} fp8={fp8:?}");
+                let how = format!("stream={stream} fp8={fp8:?} persist={persist}");
                 println!("linear {fmt} {n}x{kk} m={m} {how}: rel l2 {e:.2e}");
                 assert!(e <= TOL, "linear {fmt} {n}x{kk} m={m} {how}: {e:.3e}");
             }

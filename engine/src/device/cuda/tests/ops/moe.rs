@@ -108,11 +108,11 @@ fn moe_matches_the_cpu_at_v4_widths() {
             let tb = g.upload(&toks).unwrap();
             g.memset(&bufs.moe_out, 0xff).unwrap();
             let mut tm = StageTimer::new(false);
-            moe_forward(&g, &gm, &bufs, tb.ptr(), t, false, &mut tm).unwrap();
+            moe_forward(&g, &gm, &bufs, tb.ptr(), t, false, &|_| Ok(()), &mut tm).unwrap();
             let got: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
             // The same launches again give the same bits (every split sums in a fixed order),
             // also with the active experts' down projections prefetched into L2.
-            moe_forward(&g, &gm, &bufs, tb.ptr(), t, true, &mut tm).unwrap();
+            moe_forward(&g, &gm, &bufs, tb.ptr(), t, true, &|_| Ok(()), &mut tm).unwrap();
             let again: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
             assert!(
                 got.iter()
@@ -129,13 +129,34 @@ fn moe_matches_the_cpu_at_v4_widths() {
                 err <= super::TOL,
                 "moe {fmt} t={t} forced={force:?}: {err:.3e}"
             );
+            // The warp kernels on a grid of 4 blocks (32 warps) take their 1024 up and 2048
+            // down tiles from the queue, many per warp; each tile is one warp's whole sum, so
+            // the bits equal the full grid's, on both queue launches (the queue left at zero).
+            if t == 64 && force == Some(Warp) {
+                crate::device::cuda::launch::moe::force_moe_kernel(force);
+                crate::device::cuda::launch::moe::force_warp_grid(Some(4));
+                for round in 0..2 {
+                    g.memset(&bufs.moe_out, 0xff).unwrap();
+                    moe_forward(&g, &gm, &bufs, tb.ptr(), t, false, &|_| Ok(()), &mut tm).unwrap();
+                    let queued: Vec<f32> = g.read(&bufs.moe_out, 0, t * d).unwrap();
+                    assert!(
+                        got.iter()
+                            .zip(&queued)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "moe {fmt}: the tile queue on 4 blocks differs (round {round})"
+                    );
+                }
+                crate::device::cuda::launch::moe::force_warp_grid(None);
+                crate::device::cuda::launch::moe::force_moe_kernel(None);
+                println!("moe {fmt} t=64 warp kernels on 4 blocks (tile queue): same bits");
+            }
         }
     }
 }
 
 /// `moe_route_plan` (one launch, the last block plans) leaves exactly what `moe_route` then
-/// `moe_plan` leave, for top-k and hash routing, one block of tokens and several, and again on
-/// a second launch (its arrival counter back at zero).
+/// `moe_plan` leave, for top-k and hash routing, one block of tokens (no arrival count) and
+/// several, and again on a second launch (its arrival counter back at zero).
 #[test]
 fn fused_route_plan_equals_route_then_plan() {
     use crate::device::cuda::launch::{self as k, PlanOut, RouteArgs};
@@ -145,7 +166,9 @@ fn fused_route_plan_equals_route_then_plan() {
     let done = g.zeros(4).unwrap();
     for (t, hash) in [
         (1usize, false),
+        (5, true),
         (16, false),
+        (32, false),
         (33, false),
         (100, false),
         (40, true),

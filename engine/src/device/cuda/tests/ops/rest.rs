@@ -69,7 +69,6 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             (gh.fn_w.ptr(), gh.base.ptr(), gh.scale.ptr()),
             hc,
             d,
-            20,
             1e-6,
             1e-6,
             nb.ptr(),
@@ -81,6 +80,7 @@ fn hyper_connections_match_the_cpu_at_v4_width() {
             t,
         )
         .unwrap();
+        k::hc_sinkhorn(&g, mixb.ptr(), hc, 20, 1e-6, t).unwrap();
     };
     use k::PostMix::{Rows, Shared, Token};
     for mode in [Token, Shared, Rows] {
