@@ -442,3 +442,32 @@ pub fn moe_combine(
     )?;
     Ok(l.blocks())
 }
+
+#[cfg(test)]
+mod route_plan_tests {
+    use super::{route_plan_smem, route_plan_threads};
+
+    /// `moe_route_plan`'s blocks: a warp per token and a thread per expert (the plan's scans),
+    /// whole warps, at most 1024 threads, and a grid of them that covers every token.
+    #[test]
+    fn route_plan_blocks_hold_every_expert_and_cover_the_tokens() {
+        assert_eq!(route_plan_threads(256, 1), 256); // V4-Flash at batch 1: 8 warps, not 32
+        assert_eq!(route_plan_threads(256, 16), 512);
+        assert_eq!(route_plan_threads(256, 64), 1024);
+        assert_eq!(route_plan_threads(384, 1), 384);
+        for experts in [8usize, 72, 256, 300, 384] {
+            for t in [1usize, 2, 7, 16, 31, 32, 33, 64, 100, 2048] {
+                let threads = route_plan_threads(experts, t);
+                assert!(threads.is_multiple_of(32) && threads >= experts && threads <= 1024);
+                let per_block = threads / 32;
+                assert!(t.div_ceil(per_block) * per_block >= t, "{experts} {t}");
+                assert!(
+                    t > 32 || t.div_ceil(per_block) == 1,
+                    "{experts} {t}: one block"
+                );
+            }
+        }
+        // Each assignment's expert and weight, the counts and the scan scratch, in bytes.
+        assert_eq!(route_plan_smem(256, 6, 1), (2 * 6 + 256 + 34) * 4);
+    }
+}
