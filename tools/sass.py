@@ -30,7 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA = os.path.join(ROOT, "kernels", "cuda")
 # Module name -> its private headers, in the order kernels/src/lib.rs lists them.
 LINEAR_HEADERS = ["linear_formats.cuh", "linear_shared.cuh"]
-HEADERS = {"linear": LINEAR_HEADERS, "linear_stream": LINEAR_HEADERS, "linear_gemm": LINEAR_HEADERS}
+HEADERS = {"linear": LINEAR_HEADERS + ["linear_core.cuh", "linear_persist.cuh", "linear_experts.cuh",
+                                        "linear_router.cuh"],
+           "linear_stream": LINEAR_HEADERS, "linear_gemm": LINEAR_HEADERS}
 ALU = {"LOP3", "PRMT", "SHF", "LEA", "IADD3", "ISETP", "SEL", "FLO", "POPC", "BFE", "BFI", "IABS",
        "IMNMX", "VIMNMX", "PLOP3", "LOP", "SHL", "SHR", "MOV"}
 FMA = {"IMAD", "HMUL2", "HFMA2", "HADD2", "FFMA", "FMUL", "FADD", "VIADD"}

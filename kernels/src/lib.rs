@@ -34,9 +34,28 @@ const LINEAR_HEADERS: &[(&str, &str)] = &[
         include_str!("../cuda/linear_shared.cuh"),
     ),
 ];
+/// The register linears' own headers after the shared ones: the MMA core, the persistent
+/// linear, the expert kernels, the f32-input router (linear.cu holds their entry points).
+const LINEAR_OWN_HEADERS: &[(&str, &str)] = &[
+    LINEAR_HEADERS[0],
+    LINEAR_HEADERS[1],
+    ("linear_core.cuh", include_str!("../cuda/linear_core.cuh")),
+    (
+        "linear_persist.cuh",
+        include_str!("../cuda/linear_persist.cuh"),
+    ),
+    (
+        "linear_experts.cuh",
+        include_str!("../cuda/linear_experts.cuh"),
+    ),
+    (
+        "linear_router.cuh",
+        include_str!("../cuda/linear_router.cuh"),
+    ),
+];
 pub const LINEAR: Module = Module {
     name: "linear",
-    headers: LINEAR_HEADERS,
+    headers: LINEAR_OWN_HEADERS,
     source: include_str!("../cuda/linear.cu"),
 };
 /// The streamed decode linears (sm_90+).
