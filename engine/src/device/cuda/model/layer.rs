@@ -70,21 +70,10 @@ impl GpuModel {
         // The kv row and the compressor depend only on the normed input, and the Sinkhorn of
         // this site's comb only on the pre-mix: they run on the side stream while the q path
         // runs here (joined before the attention; `hc_post` reads comb after it).
-        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
-            tm.count(k::hc_sinkhorn(
-                g,
-                bf.mix.ptr(),
-                hc,
-                c.hc_sinkhorn_iters,
-                c.hc_eps,
-                t,
-            )?);
-            Ok(())
-        };
         let last = sinkhorn_last();
         g.fork(|| {
             if !last {
-                sinkhorn(tm)?;
+                self.sinkhorn(t, tm)?;
             }
             tm.count(k::linear(
                 g,
@@ -123,7 +112,7 @@ impl GpuModel {
                 compress(g, cw, into, (eps, meta, rope), shape, tm)?;
             }
             if last {
-                sinkhorn(tm)?;
+                self.sinkhorn(t, tm)?;
             }
             Ok(())
         })?;
@@ -386,6 +375,21 @@ impl GpuModel {
     }
 
     /// L2 prefetches of the weights `ws` (their codes) on the prefetch stream, in order.
+    /// The Sinkhorn of the site whose `hc_pre` just left comb's logits in `mix`: comb for its
+    /// `hc_post`, run on the site's side stream.
+    fn sinkhorn(&self, t: usize, tm: &mut StageTimer) -> Result<()> {
+        let c = &self.cfg;
+        tm.count(k::hc_sinkhorn(
+            &self.gpu,
+            self.bufs.mix.ptr(),
+            c.hc_mult,
+            c.hc_sinkhorn_iters,
+            c.hc_eps,
+            t,
+        )?);
+        Ok(())
+    }
+
     fn prefetch(&self, ws: &[&GLinear]) -> Result<()> {
         let ranges: Vec<(u64, usize)> = ws.iter().map(|w| (w.w.ptr(), w.w.bytes())).collect();
         for part in ranges.chunks(PREFETCH_RANGES) {
@@ -396,19 +400,8 @@ impl GpuModel {
 
     fn moe(&self, l: usize, shape: Shape, _cap: bool, tm: &mut StageTimer) -> Result<()> {
         let e = self.w.layers[l].moe.n_experts;
-        let c = &self.cfg;
         // The FFN site's Sinkhorn goes on the MoE's side stream (joined before the combine).
-        let sinkhorn = |tm: &mut StageTimer| -> Result<()> {
-            tm.count(k::hc_sinkhorn(
-                &self.gpu,
-                self.bufs.mix.ptr(),
-                c.hc_mult,
-                c.hc_sinkhorn_iters,
-                c.hc_eps,
-                shape.t,
-            )?);
-            Ok(())
-        };
+        let sinkhorn = |tm: &mut StageTimer| self.sinkhorn(shape.t, tm);
         moe_forward(
             &self.gpu,
             &self.w.layers[l].moe,
