@@ -193,11 +193,12 @@ __device__ __forceinline__ void warp_core(const WDesc& d0, const WDesc& d1, int 
 // warps (batch 1: 768 up or 1536 down tiles for 2112 warps) tile i goes to warp i / gridDim.x of
 // block i % gridDim.x, so every block (SM) gets a share instead of the first blocks all of them.
 __device__ __forceinline__ void warp_items(const int* act_list, int N, int* begin, int* end,
-                                           int* groups) {
+                                           int* groups, int* total_out) {
     const int wpb = blockDim.x >> 5, w = threadIdx.x >> 5;
     const int nw = gridDim.x * wpb;
     *groups = (N + 15) >> 4;
     const int total = act_list[0] * *groups;
+    *total_out = total;
     if (total <= nw) {  // one tile per warp either way: tile i to warp i / gridDim.x of block i % gridDim.x
         *begin = w * gridDim.x + blockIdx.x;
         *end = min(total, *begin + 1);
@@ -223,8 +224,8 @@ __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d
                                                  const int* __restrict__ act_list, int N, int K,
                                                  unsigned* __restrict__ work, XRow xrow, Store store) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int begin, end, groups;
-    warp_items(act_list, N, &begin, &end, &groups);
+    int begin, end, groups, total;
+    warp_items(act_list, N, &begin, &end, &groups, &total);
     auto tile = [&](int item) {
         const int e = act_list[1 + item / groups], n0 = (item % groups) * 16;
         const int start = offsets[e], count = offsets[e + 1] - start;
@@ -239,7 +240,7 @@ __device__ __forceinline__ void warp_expert_loop(const WDesc& d0, const WDesc& d
             }
         }
     };
-    const int total = act_list[0] * groups, nw = gridDim.x * (blockDim.x >> 5);
+    const int nw = gridDim.x * (blockDim.x >> 5);
     const bool queue = work != nullptr && total > nw;
     auto take = [&]() {
         unsigned q = 0;
