@@ -333,13 +333,15 @@ pub fn route_plan_fits(gpu: &Gpu, experts: usize, k: usize, t: usize) -> bool {
 /// last block to finish plans (`done`: a zeroed counter it leaves zeroed). The plan equals
 /// `moe_plan`'s.
 pub fn moe_route_plan(gpu: &Gpu, r: RouteArgs, p: PlanOut, done: u64, t: usize) -> Result<u64> {
-    if r.experts > kmoe::MAX_EXPERTS || r.k > kmoe::MAX_TOP_K {
+    if !route_plan_fits(gpu, r.experts, r.k, t) {
         return Err(EngineError::Device(format!(
-            "{} experts, top-{}: beyond moe_route_plan's {} and {}",
+            "{} experts, top-{}, {t} tokens: beyond moe_route_plan's {} experts, top-{} and {} \
+             bytes of shared memory",
             r.experts,
             r.k,
             kmoe::MAX_EXPERTS,
-            kmoe::MAX_TOP_K
+            kmoe::MAX_TOP_K,
+            gpu.info.max_smem_optin
         )));
     }
     let threads = route_plan_threads(r.experts, t);
