@@ -53,15 +53,7 @@ pub fn linear(
         gpu.launch_named(
             &stream::linear_entry(w.fmt, nt),
             l,
-            Args::new()
-                .raw(&w.desc().as_bytes())
-                .ptr(x)
-                .usize(ldx)
-                .ptr(y)
-                .usize(ldy)
-                .usize(m)
-                .usize(w.rows)
-                .usize(w.cols)
+            dense_args(w, x, ldx, y, ldy, m)
                 .usize(w.experts)
                 .i32(out_bf16 as i32)
                 .usize(st.stages)
@@ -77,16 +69,7 @@ pub fn linear(
         gpu.launch_named(
             &amdahl_kernels::linear_persist_entry(w.fmt.name()),
             l,
-            Args::new()
-                .raw(&w.desc().as_bytes())
-                .ptr(x)
-                .usize(ldx)
-                .ptr(y)
-                .usize(ldy)
-                .usize(m)
-                .usize(w.rows)
-                .usize(w.cols)
-                .i32(out_bf16 as i32),
+            dense_args(w, x, ldx, y, ldy, m).i32(out_bf16 as i32),
         )?;
         return Ok(l.blocks());
     }
@@ -106,20 +89,26 @@ pub fn linear(
     gpu.launch_named(
         &name,
         l,
-        Args::new()
-            .raw(&w.desc().as_bytes())
-            .ptr(x)
-            .usize(ldx)
-            .ptr(y)
-            .usize(ldy)
-            .usize(m)
-            .usize(w.rows)
-            .usize(w.cols)
+        dense_args(w, x, ldx, y, ldy, m)
             .i32(out_bf16 as i32)
             .ptr(ws)
             .ptr(cnt),
     )?;
     Ok(l.blocks())
+}
+
+/// The arguments the dense linear kernels (register, persistent, streamed) start with.
+fn dense_args(w: &GLinear, x: u64, ldx: usize, y: u64, ldy: usize, m: usize) -> Args {
+    let mut a = Args::new();
+    a.raw(&w.desc().as_bytes())
+        .ptr(x)
+        .usize(ldx)
+        .ptr(y)
+        .usize(ldy)
+        .usize(m)
+        .usize(w.rows)
+        .usize(w.cols);
+    a
 }
 
 /// Forced persistent linear on (1) or off (0), or unset (`u8::MAX`: on unless
