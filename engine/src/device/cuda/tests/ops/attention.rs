@@ -235,10 +235,24 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             o_part: o_part.ptr(),
             ml_part: ml_part.ptr(),
         };
-        // Both block shapes: 64 heads per block and 16 (what batch 1 gets).
-        for hg in [ka::HEADS_PER_BLOCK, ka::NARROW_HEADS] {
+        // Every kernel: 64 heads per block on warpgroup MMAs (sm_90) and on m16n8k16 MMAs,
+        // and 16 heads per block (what batch 1 gets).
+        let wg = g.info.compute_capability == (9, 0);
+        let kernels = [
+            (ka::HEADS_PER_BLOCK, true),
+            (ka::HEADS_PER_BLOCK, false),
+            (ka::NARROW_HEADS, false),
+        ];
+        for (hg, on) in kernels.into_iter().filter(|&(_, on)| wg || !on) {
             k::force_attn_heads(Some(hg));
+            k::force_attn_wg(on);
             assert_eq!(k::attn_heads_per_block(&g, &aa, t), hg);
+            assert_eq!(k::attn_uses_wg(&g, &aa, hg), on);
+            let hg = if on {
+                "64 (wgmma)".to_string()
+            } else {
+                hg.to_string()
+            };
             g.memset(&out, 0xff).unwrap();
             k::sparse_attn(&g, aa, meta.seq(), t).unwrap();
             k::attn_combine(
@@ -266,6 +280,7 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             );
         }
         k::force_attn_heads(None);
+        k::force_attn_wg(true);
     }
 }
 
