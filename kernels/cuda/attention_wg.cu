@@ -98,8 +98,8 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
     const int* __restrict__ row_seq, const int* __restrict__ row_pos,
     const int* __restrict__ seq_slot, const int* __restrict__ seq_start,
     const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_enter();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) u8 smem_raw[];
     // The swizzle is a function of address bits 4–9: operands start on 1024-byte boundaries.
     u8* base = smem_raw + ((1024 - ((u32)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
