@@ -154,10 +154,9 @@ __device__ __forceinline__ void linear_prefetch(const WDesc& d, int N, int K) {
 
 #define LINEAR_PERSIST_ENTRY(NAME, FMT)                                                                  \
     extern "C" __global__ void __launch_bounds__(256, 2) linear_##NAME##_nt2_p(                         \
-        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16, float* ws,  \
-        unsigned* cnt) {                                                                                 \
+        WDesc d, const u16* x, int ldx, void* y, int ldy, int M, int N, int K, int out_bf16) {           \
         pdl_enter();                                                                                     \
-        linear_persist_kernel<FMT>(d, x, ldx, y, ldy, M, N, K, out_bf16, ws, cnt);                       \
+        linear_persist_kernel<FMT>(d, x, ldx, y, ldy, M, N, K, out_bf16);                                \
     }
 
 #define LINEAR_FORMAT(NAME, FMT) \

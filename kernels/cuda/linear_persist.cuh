@@ -1,34 +1,25 @@
 // The persistent dense linear (`linear_*_nt2_p`, entries in linear.cu), on linear_core.cuh.
 
-// Persistent dense linear at two token groups (FP8 formats, K in slices of 8 warps × 2
-// superchunks = 1024 columns; launch/linear.rs `persist_applies`): blocks of 8 warps loop over the 16-row tiles
+// Persistent dense linear at two token groups (FP8 formats, K ≤ 8 warps × 2 superchunks = 1024
+// columns; launch/linear.rs `persist_applies`): blocks of 8 warps loop over the 16-row tiles
 // blockIdx.x, blockIdx.x + gridDim.x, … of matrix blockIdx.z. Each warp loads its K share of
 // the activations once into registers (at 16 tokens twice a tile's weight bytes, which the
 // one-tile blocks re-read per tile) and the next tile's weights before the current tile's MMAs,
 // cross-warp reduction and store, so a block's loads stay in flight across its tiles (ncu, H100,
 // wq_b at b16: 34% of stalls on the first use of the weights, blocks ~5.6K cycles for one round
 // of loads; with it 26.9 → 22.0 µs, the default where it applies since the fifteenth session).
-//
-// K split (gridDim.y > 1, wider K: wo_a, wo_b): block (i, ky) holds the ky-th slice of 8 warps × 2
-// superchunks of the activations and loops over the same tiles; each tile's reduced partial goes
-// to the split workspace ws, and the last slice to arrive at a tile (counted in cnt, which it
-// resets) sums the gridDim.y partials in ky order and stores the tile, as `linear_kernel` does.
-// The next tile's weights are already in flight while a block waits on that count.
 template <int FMT>
 __device__ void linear_persist_kernel(WDesc d, const u16* __restrict__ x, int ldx, void* y, int ldy,
-                                      int M, int N, int K, int out_bf16, float* __restrict__ ws,
-                                      unsigned* __restrict__ cnt) {
+                                      int M, int N, int K, int out_bf16) {
     constexpr int NT = 2, V = Vec<FMT>::V, SC = 32 * V, P = 2;
     extern __shared__ float red[];
-    __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int e = blockIdx.z, ks = gridDim.y;
+    const int e = blockIdx.z;
     x += (i64)e * K;
     y = out_bf16 ? (void*)(reinterpret_cast<u16*>(y) + (i64)e * N) : (void*)(reinterpret_cast<float*>(y) + (i64)e * N);
     const float post = post_scale<FMT>(d, e);
-    const int sc0 = blockIdx.y * (LIN_WARPS * P), nsc = min(K / SC - sc0, LIN_WARPS * P);
-    const int per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
-    const int c_begin = sc0 + warp * per, c_end = min(sc0 + nsc, c_begin + per);
+    const int nsc = K / SC, per = (nsc + LIN_WARPS - 1) / LIN_WARPS;
+    const int c_begin = warp * per, c_end = min(nsc, c_begin + per);
     u32 xv[P][NT][4 * V];
 #pragma unroll
     for (int p = 0; p < P; p++) {
@@ -74,25 +65,6 @@ __device__ void linear_persist_kernel(WDesc d, const u16* __restrict__ x, int ld
                 for (int j = 0; j < NT; j++) mma_bf16(acc[j], a, xv[p][j][2 * s], xv[p][j][2 * s + 1]);
             }
         reduce_warps<NT>(acc, red);
-        if (ks > 1) {
-            const int gt = e * tiles + tile;
-            float* mine = ws + ((i64)gt * ks + blockIdx.y) * 128 * NT;
-            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) mine[i] = red[i];
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) last = atomicAdd(&cnt[gt], 1u) == (unsigned)ks - 1;
-            __syncthreads();
-            if (!last) return;  // red is free: the barrier above came after its reads
-            __threadfence();
-            const float* all = ws + (i64)gt * ks * 128 * NT;
-            for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
-                float v = 0.f;
-                for (int q = 0; q < ks; q++) v += __ldcg(all + (i64)q * 128 * NT + i);
-                red[i] = v;
-            }
-            if (threadIdx.x == 0) cnt[gt] = 0;
-            __syncthreads();
-        }
         for (int i = threadIdx.x; i < 128 * NT; i += blockDim.x) {
             int row, tok;
             tile_coord(i, &row, &tok);

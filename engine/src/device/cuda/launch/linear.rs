@@ -64,18 +64,12 @@ pub fn linear(
     }
     if persist_applies(w, nt, ldx, x) {
         let tiles = w.rows.div_ceil(16);
-        let ks = persist_slices(w);
-        // One wave of 2 blocks per SM (no partial second wave).
-        let per_matrix = tiles.min(((2 * gpu.info.sms) / (w.experts.max(1) * ks)).max(1));
-        let (ws, cnt) = gpu.split_ws();
-        let l = Launch::new((per_matrix, ks, w.experts), 256, lin_smem(nt));
+        let per_matrix = tiles.min((2 * gpu.info.sms).div_ceil(w.experts.max(1)));
+        let l = Launch::new((per_matrix, 1, w.experts), 256, lin_smem(nt));
         gpu.launch_named(
             &amdahl_kernels::linear_persist_entry(w.fmt.name()),
             l,
-            dense_args(w, x, ldx, y, ldy, m)
-                .i32(out_bf16 as i32)
-                .ptr(ws)
-                .ptr(cnt),
+            dense_args(w, x, ldx, y, ldy, m).i32(out_bf16 as i32),
         )?;
         return Ok(l.blocks());
     }
@@ -117,58 +111,37 @@ fn dense_args(w: &GLinear, x: u64, ldx: usize, y: u64, ldy: usize, m: usize) -> 
     a
 }
 
-/// Forced persistent linear: off (0), on for K of one slice (1), on with K split into slices
-/// (2), or unset (`u8::MAX`: `AMDAHL_LINEAR_PERSIST`; H100, wq_b at 16 tokens 26.9 → 22.0 µs by
-/// ncu, docs/PERF.md).
+/// Forced persistent linear on (1) or off (0), or unset (`u8::MAX`: on unless
+/// `AMDAHL_LINEAR_PERSIST=0`; H100, wq_b at 16 tokens 26.9 → 22.0 µs by ncu, docs/PERF.md).
 static PERSIST_FORCE: AtomicU8 = AtomicU8::new(u8::MAX);
 
-/// Superchunks of K per slice of the persistent linear (8 warps × 2).
-const PERSIST_SLICE_SC: usize = 16;
-
-/// Forces the persistent dense linear off (0), on for one slice of K (1) or on with K split
-/// (2) where it applies (`None`: the environment).
+/// Forces the persistent dense linear on or off where it applies (`None`: the environment).
 #[cfg(test)]
-pub fn force_linear_persist(v: Option<u8>) {
-    PERSIST_FORCE.store(v.unwrap_or(u8::MAX), Ordering::Relaxed);
+pub fn force_linear_persist(v: Option<bool>) {
+    PERSIST_FORCE.store(v.map_or(u8::MAX, u8::from), Ordering::Relaxed);
 }
 
-/// `AMDAHL_LINEAR_PERSIST` (read once): `0` off, `split` also for K over one slice (wo_a, wo_b),
-/// anything else (the default) for K of one slice.
-fn persist_env() -> u8 {
-    static MODE: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("AMDAHL_LINEAR_PERSIST").as_deref() {
-        Ok("0") => 0,
-        Ok("split") => 2,
-        _ => 1,
-    })
-}
-
-/// K slices of the persistent linear for `w` (1: no split).
-fn persist_slices(w: &GLinear) -> usize {
-    (w.cols / w.fmt.superchunk_cols()).div_ceil(PERSIST_SLICE_SC)
+/// `AMDAHL_LINEAR_PERSIST` (read once): the persistent linear unless `0`.
+fn persist_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("AMDAHL_LINEAR_PERSIST").as_deref() != Ok("0"))
 }
 
 /// Whether the persistent dense linear (`linear_*_nt2_p`: blocks looping over row tiles with
 /// the activations in registers) computes `w` at `nt` token groups from x rows of `ldx` at `x`:
 /// when on (the default), an FP8 format, two groups, K a whole number of superchunks and at most
-/// 8 warps × 2 of them (wq_b at 9–16 tokens), or any number with the split on (wo_a, wo_b) where
-/// the partials fit the split workspace, and 16-byte-aligned x rows.
+/// 8 warps × 2 of them, 16-byte-aligned x rows (wq_b at 9–16 tokens).
 pub fn persist_applies(w: &GLinear, nt: usize, ldx: usize, x: u64) -> bool {
-    let mode = match PERSIST_FORCE.load(Ordering::Relaxed) {
-        u8::MAX => persist_env(),
-        m => m,
+    let on = match PERSIST_FORCE.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => persist_env(),
     };
     let sc = w.fmt.superchunk_cols();
-    let (ks, tiles) = (persist_slices(w), w.rows.div_ceil(16) * w.experts.max(1));
-    let fits = ks == 1
-        || (mode == 2
-            && tiles <= amdahl_kernels::linear::SPLIT_TILES
-            && tiles * ks * 128 * nt <= amdahl_kernels::linear::SPLIT_PARTS);
-    mode != 0
-        && nt == 2
+    on && nt == 2
         && amdahl_kernels::LINEAR_PERSIST_FORMATS.contains(&w.fmt.name())
         && w.cols.is_multiple_of(sc)
-        && fits
+        && w.cols / sc <= 16
         && ldx.is_multiple_of(8)
         && x.is_multiple_of(16)
 }

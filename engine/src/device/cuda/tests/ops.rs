@@ -99,8 +99,7 @@ fn linears_in_every_format_match_the_cpu() {
             // also through the streamed kernels that decode it to bf16 (one and two groups).
             let raw8 = amdahl_kernels::STREAM_RAW_FORMATS.contains(&fmt);
             let bf16 = Some(k::stream::Fp8Stream::Bf16);
-            // (The persistent kernel, where it applies — FP8 —, at 9 tokens: K = 1024 in one
-            // slice, K = 4096 split into 4.)
+            // (The persistent kernel, where it applies — FP8, K ≤ 1024 —, at 9 tokens.)
             let mut cases = vec![
                 (1usize, true, None),
                 (1, false, None),
@@ -119,7 +118,7 @@ fn linears_in_every_format_match_the_cpu() {
                 let persist = i == 5;
                 k::stream::force_stream(Some(stream));
                 k::stream::force_fp8_stream(fp8);
-                k::force_linear_persist(Some(if persist { 2 } else { 0 }));
+                k::force_linear_persist(Some(persist));
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let want = lin.forward(&Mat::from_vec(m, kk, x.clone()));
                 let xb = g.upload(&to_bf16_bits(&x)).unwrap();
