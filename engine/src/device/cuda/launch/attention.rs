@@ -367,7 +367,10 @@ pub fn force_attn_heads(h: Option<usize>) {
 /// Heads per block of the sparse attention for `t` rows: 64 (each KV tile shared by the most
 /// heads) unless that grid would fill at most half the SMs' first wave four times over, as at
 /// batch 1, where a block's time is its warps' instruction chains and 16 heads per block (a
-/// quarter of the work per warp, 4× the blocks) is faster.
+/// quarter of the work per warp, 4× the blocks) is faster. Where the 64-head blocks run on
+/// warpgroup MMAs (`sparse_attn_wg`) they are faster down to a quarter of the SMs (H100: the
+/// window layers at batch 16, 64 blocks, attention 0.1055 → 0.0971 ms per step; at batch 1,
+/// 4–20 blocks, 0.0638 → 0.0770 with them).
 pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
     use std::sync::atomic::Ordering;
     if ATTN_HEADS.load(Ordering::Relaxed) == usize::MAX {
@@ -380,7 +383,12 @@ pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
     match ATTN_HEADS.load(Ordering::Relaxed) {
         0 => {
             let wide = a.splits * a.heads.div_ceil(ka::HEADS_PER_BLOCK) * t;
-            if 4 * wide <= 2 * gpu.info.sms {
+            let fill = if attn_uses_wg(gpu, a, ka::HEADS_PER_BLOCK) {
+                1
+            } else {
+                2
+            };
+            if 4 * wide <= fill * gpu.info.sms {
                 ka::NARROW_HEADS
             } else {
                 ka::HEADS_PER_BLOCK
