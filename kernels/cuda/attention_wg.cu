@@ -28,7 +28,7 @@
 #define AWG_SLD 40                           // floats per score-partial row (bank spread)
 #define AWG_SBYTES (2 * AWG_HG * AWG_SLD * 4)
 #define AWG_SMEM_FIXED (2 * AWG_QBYTES + 2 * AWG_TBYTES + AWG_SBYTES)
-#define AWG_QB 32        // q float4 loads in flight per thread (all of its 32)
+#define AWG_QB 16        // q float4 loads in flight per thread
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -86,30 +86,6 @@ __device__ __forceinline__ void wg_m64n256k16_rs_acc(float (&d)[128], const u32 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "n"(1));
 }
 
-// Warpgroup wg's scores over its half of d (16 k-steps × q's hi and lo parts) against the tile
-// whose K-major descriptor starts at kb.
-__device__ __forceinline__ void wg_scores(float (&s)[16], u32 dqh, u32 dql, u32 kb, int wg) {
-    const u32 QW = (wg * (AWG_KC / 2) * (AWG_HG * 128)) >> 4, KW = (wg * (AWG_KC / 2) * (AWG_TILE * 128)) >> 4;
-#pragma unroll
-    for (int ks = 0; ks < AWG_D / 32; ks++) {
-        const u32 kc = ks / 4, koff = (ks & 3) * 32;
-        const u32 db = kb + KW + ((kc * (AWG_TILE * 128) + koff) >> 4), qo = QW + ((kc * (AWG_HG * 128) + koff) >> 4);
-        wg_m64n32k16_ss(s, dqh + qo, db, ks > 0);
-        wg_m64n32k16_ss(s, dql + qo, db, 1);
-    }
-}
-
-// Warpgroup wg's P · V into its 64 × 256 accumulator: V's columns 256·wg … as 4 swizzle atoms
-// LBO = one chunk apart, its rows in groups of 8 SBO = 1024 bytes apart, N-major from vb.
-__device__ __forceinline__ void wg_pv(float (&o)[128], const u32 (&pa)[2][4], const u32 (&pl)[2][4], u32 vb, int wg) {
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        const u32 dv = vb + ((wg * (AWG_KC / 2) * (AWG_TILE * 128) + kk * 2048) >> 4);
-        wg_m64n256k16_rs_acc(o, pa[kk], dv);
-        wg_m64n256k16_rs_acc(o, pl[kk], dv);
-    }
-}
-
 // Byte offset of (row r, 16-byte piece j of its 64-column chunk) in a swizzled chunk.
 __device__ __forceinline__ u32 sw128(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
 
@@ -135,9 +111,6 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
     const int sp_i = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * AWG_HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, w4 = warp & 3, g = lane >> 2, tq = lane & 3;
-    // The warpgroup index as a broadcast: ptxas then holds it, and the MMAs' descriptors built
-    // from it, in uniform registers (otherwise two R2URs per MMA).
-    const int wgu = __shfl_sync(0xffffffffu, wg, 0);
     const int b = row_seq[t], p = row_pos[t];
     const int slot = seq_slot[b], start = seq_start[b], row0 = seq_row0[b];
     const int n_win = min(W, p + 1);
@@ -241,11 +214,21 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
         for (int i = 0; i < 128; i++) wg_pin(o[i]);
         // Scores over this warpgroup's half of d: 16 k-steps × (hi, lo).
         float s[16];
+        // This warpgroup's half of d (chunks AWG_KC / 2 · wg …) in q and in tile it's buffer.
+        const u32 kb = dkv + ((buf * AWG_TBYTES + wg * (AWG_KC / 2) * (AWG_TILE * 128)) >> 4);
+        const u32 qhb = dqh + ((wg * (AWG_KC / 2) * (AWG_HG * 128)) >> 4), qlb = dql + ((wg * (AWG_KC / 2) * (AWG_HG * 128)) >> 4);
 #pragma unroll
-        for (int i = 0; i < 16; i++) wg_pin(s[i]);
-        const u32 kb = dkv + buf * (AWG_TBYTES >> 4);  // tile it's buffer
+        for (int i = 0; i < 16; i++) {
+            wg_pin(s[i]);
+        }
         wg_fence();
-        wg_scores(s, dqh, dql, kb, wgu);
+#pragma unroll
+        for (int ks = 0; ks < AWG_D / 32; ks++) {
+            const int kc = ks / 4, koff = (ks & 3) * 32;
+            const u32 db = kb + ((kc * (AWG_TILE * 128) + koff) >> 4), qo = (kc * (AWG_HG * 128) + koff) >> 4;
+            wg_m64n32k16_ss(s, qhb + qo, db, ks > 0);
+            wg_m64n32k16_ss(s, qlb + qo, db, 1);
+        }
         wg_commit();
         wg_wait<0>();
 #pragma unroll
@@ -272,7 +255,6 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
                 s[4 * i + 2 * r + 1] = col + 1 < c_end ? (a.y + bb.y) * scale : NEG_INF;
             }
         // Online softmax of rows g, g + 8 (the 4 lanes of a row group share each row).
-        float alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = NEG_INF;
@@ -292,18 +274,13 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            alpha[r] = mr[r] == NEG_INF ? (mn == NEG_INF ? 1.f : 0.f) : __expf(mr[r] - mn);
-            lr[r] = lr[r] * alpha[r] + sum;
+            const float alpha = mr[r] == NEG_INF ? (mn == NEG_INF ? 1.f : 0.f) : __expf(mr[r] - mn);
+            lr[r] = lr[r] * alpha + sum;
             mr[r] = mn;
-        }
-        // The accumulators' rescale (128 multiplies) only where a row's max moved in this warp.
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
             for (int i = 0; i < 32; i++) {
-                o[4 * i] *= alpha[0];
-                o[4 * i + 1] *= alpha[0];
-                o[4 * i + 2] *= alpha[1];
-                o[4 * i + 3] *= alpha[1];
+                o[4 * i + 2 * r] *= alpha;
+                o[4 * i + 2 * r + 1] *= alpha;
             }
         }
         // P as A fragments of k-steps kk (rows 16kk .. 16kk + 15 of the tile): n-blocks 2kk, 2kk + 1.
@@ -316,12 +293,17 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
                 pa[kk][f] = pack_bf2(s[i], s[i + 1]);
                 pl[kk][f] = pack_bf2(s[i] - bf_lo(pa[kk][f]), s[i + 1] - bf_hi(pa[kk][f]));
             }
-        // O[:, half wg] += P · V.
+        // O[:, half wg] += P · V: V's columns 256·wg … as 4 swizzle atoms LBO = one chunk apart,
+        // its rows in groups of 8 SBO = 1024 bytes apart.
 #pragma unroll
         for (int i = 0; i < 128; i++) wg_pin(o[i]);
-        const u32 vb = dvv + buf * (AWG_TBYTES >> 4);
         wg_fence();
-        wg_pv(o, pa, pl, vb, wgu);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            const u32 dv = dvv + ((buf * AWG_TBYTES + wg * (AWG_KC / 2) * (AWG_TILE * 128) + kk * 2048) >> 4);
+            wg_m64n256k16_rs_acc(o, pa[kk], dv);
+            wg_m64n256k16_rs_acc(o, pl[kk], dv);
+        }
         wg_commit();
     }
     wg_wait<0>();
