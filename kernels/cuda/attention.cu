@@ -490,15 +490,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial
 }
 
 // Merges the splits of each head with the sink in the denominator, rotates the rope dims back by
-// the query position, writes bf16 [T, H·d]. Block (head, row), one thread per channel pair. Up to
-// CMB_REG splits, every load is issued at once: a thread's split (max, sum) pair and its channel
-// pair's partial of every split, then the block's max and sum from shared memory: one round
-// trip to memory instead of three (ncu, H100, batch 1: 6.4–8.2 µs for ~1 MB). Past CMB_REG
-// splits the weights exp(m_s − M) are formed once into shared memory (splits <= ATT_MAX_SPLITS,
-// checked at launch) and the channel loop loads them in batches. An empty split (m_s = −inf,
+// the query position, writes bf16 [T, H·d]. Block (head, row), one thread per channel pair. The
+// splits' weights exp(m_s − M) are formed once into shared memory (splits <= ATT_MAX_SPLITS,
+// checked at launch), so the channel loop is independent loads; an empty split (m_s = −inf,
 // output never written) is masked by select, not skipped, so its loads can be issued early.
 #define ATT_MAX_SPLITS 256
-#define CMB_REG 24
 extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const float* __restrict__ o_part, const float* __restrict__ ml_part,
     const float* __restrict__ sinks, int H, int d, int splits, const int* __restrict__ row_pos,
@@ -510,54 +506,27 @@ extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     const int pos = row_pos[t];
     const int pairs = d / 2;
     const float sink = sinks[h];
-    const float2* ml2 = reinterpret_cast<const float2*>(ml_part);
-    const bool in_regs = splits <= CMB_REG && pairs <= (int)blockDim.x;
-    float2 ov[CMB_REG];
-    if (in_regs) {
-        const int c2 = threadIdx.x;
-#pragma unroll
-        for (int s = 0; s < CMB_REG; s++)
-            ov[s] = s < splits && c2 < pairs
-                        ? reinterpret_cast<const float2*>(o_part + (((i64)t * splits + s) * H + h) * d)[c2]
-                        : make_float2(0.f, 0.f);
-    }
-    float mx = NEG_INF, mine_m = NEG_INF, mine_l = 0.f;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        const float2 v = ml2[((i64)t * splits + s) * H + h];
-        if (s == (int)threadIdx.x) mine_m = v.x, mine_l = v.y;
-        mx = fmaxf(mx, v.x);
-    }
+    float mx = NEG_INF;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x)
+        mx = fmaxf(mx, ml_part[(((i64)t * splits + s) * H + h) * 2]);
     const float M = fmaxf(sink, block_max(mx, scratch));
     float lsum = 0.f;
     for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        float ms = mine_m, ls = mine_l;
-        if (s != (int)threadIdx.x) {
-            const float2 v = ml2[((i64)t * splits + s) * H + h];
-            ms = v.x, ls = v.y;
-        }
+        const i64 base = ((i64)t * splits + s) * H + h;
+        const float ms = ml_part[base * 2];
         const float e = ms == NEG_INF ? 0.f : expf(ms - M);
         sw[s] = e;
-        if (e != 0.f) lsum += ls * e;
+        if (e != 0.f) lsum += ml_part[base * 2 + 1] * e;
     }
-    const float inv = 1.f / (expf(sink - M) + block_sum(lsum, scratch));  // its barrier publishes sw
+    const float inv = 1.f / (expf(sink - M) + block_sum(lsum, scratch));
     for (int c2 = threadIdx.x; c2 < pairs; c2 += blockDim.x) {
         float v0 = 0.f, v1 = 0.f;
-        if (in_regs) {
-#pragma unroll
-            for (int s = 0; s < CMB_REG; s++) {
-                if (s >= splits) break;
-                const float e = sw[s];
-                v0 += e != 0.f ? ov[s].x * e : 0.f;
-                v1 += e != 0.f ? ov[s].y * e : 0.f;
-            }
-        } else {
 #pragma unroll 8
-            for (int s = 0; s < splits; s++) {
-                const float e = sw[s];
-                const float2 o = reinterpret_cast<const float2*>(o_part + (((i64)t * splits + s) * H + h) * d)[c2];
-                v0 += e != 0.f ? o.x * e : 0.f;
-                v1 += e != 0.f ? o.y * e : 0.f;
-            }
+        for (int s = 0; s < splits; s++) {
+            const float e = sw[s];
+            const float2 o = reinterpret_cast<const float2*>(o_part + (((i64)t * splits + s) * H + h) * d)[c2];
+            v0 += e != 0.f ? o.x * e : 0.f;
+            v1 += e != 0.f ? o.y * e : 0.f;
         }
         v0 *= inv;
         v1 *= inv;

@@ -59,11 +59,23 @@ pub fn attn_splits(
 ) -> usize {
     let cand = max_candidates(cfg, kind, max_len);
     let groups = cfg.num_heads.div_ceil(ka::HEADS_PER_BLOCK);
-    let want = sms.div_ceil((t * groups).max(1));
+    let rows = (t * groups).max(1);
+    let want = if splits_in_one_wave() {
+        (sms / rows).max(1)
+    } else {
+        sms.div_ceil(rows)
+    };
     let s = want
         .clamp(1, cand.div_ceil(ka::TILE_ROWS).max(1))
         .min(ka::MAX_SPLITS);
     cand.div_ceil(attn_chunk(cfg, kind, max_len, s)).max(1)
+}
+
+/// `AMDAHL_ATTN_SPLITS=wave` (read once): at most one block per SM in all (the split count
+/// rounded down), else the first wave filled (rounded up: at 64 rows, 192 blocks for 132 SMs).
+fn splits_in_one_wave() -> bool {
+    static WAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WAVE.get_or_init(|| std::env::var("AMDAHL_ATTN_SPLITS").as_deref() == Ok("wave"))
 }
 
 /// Rows per split for `splits` splits (a multiple of the tile).
