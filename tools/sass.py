@@ -74,7 +74,8 @@ def compile_cubin(module, arch, defines):
     src = full_source(module).encode()
     check(nv.nvrtcCreateProgram(ctypes.byref(prog), src, f"{module}.cu".encode(), 0, None, None),
           "nvrtcCreateProgram")
-    opts = [f"--gpu-architecture=sm_{arch}", "--std=c++17", "-default-device"]
+    # As the engine (compile.rs): sm_90 as sm_90a, for the warpgroup MMAs.
+    opts = [f"--gpu-architecture=sm_{arch}{'a' if arch == 90 else ''}", "--std=c++17", "-default-device"]
     opts += [f"-D{d}" for d in defines]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     r = nv.nvrtcCompileProgram(prog, len(opts), arr)

@@ -80,6 +80,12 @@ pub const ATTENTION: Module = Module {
     headers: &[],
     source: include_str!("../cuda/attention.cu"),
 };
+/// The sparse decode attention on warpgroup MMAs (sm_90, compiled as sm_90a).
+pub const ATTENTION_WG: Module = Module {
+    name: "attention_wg",
+    headers: &[],
+    source: include_str!("../cuda/attention_wg.cu"),
+};
 /// The lightning indexer's scores and top-k.
 pub const INDEXER: Module = Module {
     name: "indexer",
@@ -103,12 +109,13 @@ pub const UTIL: Module = Module {
 };
 
 /// Every module, in load order.
-pub const MODULES: [Module; 9] = [
+pub const MODULES: [Module; 10] = [
     LINEAR,
     LINEAR_STREAM,
     LINEAR_GEMM,
     MHC,
     ATTENTION,
+    ATTENTION_WG,
     INDEXER,
     MOE,
     SAMPLE,
@@ -371,9 +378,10 @@ pub mod attention {
     pub const TOPK_SELECT_WARP: Entry = e("indexer", "topk_select_warp");
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
     pub const SPARSE_ATTN_PARTIAL_H16: Entry = e("attention", "sparse_attn_partial_h16");
+    pub const SPARSE_ATTN_WG: Entry = e("attention_wg", "sparse_attn_wg");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 14] = [
+    pub const ALL: [Entry; 15] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
@@ -386,6 +394,7 @@ pub mod attention {
         TOPK_SELECT_WARP,
         SPARSE_ATTN_PARTIAL,
         SPARSE_ATTN_PARTIAL_H16,
+        SPARSE_ATTN_WG,
         SPARSE_ATTN_COMBINE,
         RING_STORE,
     ];
@@ -403,6 +412,16 @@ pub mod attention {
     /// KV tiles in flight per block and the padded score-row length (floats).
     pub const KV_BUFFERS: usize = 2;
     pub const SCORE_LD: usize = 40;
+    /// `sparse_attn_wg` (sm_90): its head count per block and head dim (the only shape it
+    /// takes), threads, and shared memory before the split's top-k indices (q's two parts, two
+    /// KV tiles, two score partials; plus up to 1024 bytes to align the base).
+    pub const WG_HEADS: usize = 64;
+    pub const WG_HEAD_DIM: usize = 512;
+    pub const WG_THREADS: usize = 256;
+    pub const WG_SMEM_FIXED: usize = 2 * WG_HEADS * WG_HEAD_DIM * 2
+        + 2 * TILE_ROWS * WG_HEAD_DIM * 2
+        + 2 * WG_HEADS * SCORE_LD * 4
+        + 1024;
     /// Largest indexer head count the row kernel `indexer_scores` holds in registers.
     pub const INDEXER_MAX_HEADS: usize = 64;
     /// Indexer heads per warp in the tiled `indexer_scores_k*` (a group of query heads whose
@@ -641,6 +660,19 @@ mod tests {
             (ATTENTION.source, "#define ATT_PAD", attention::ROW_PAD),
             (ATTENTION.source, "#define ATT_NBUF", attention::KV_BUFFERS),
             (ATTENTION.source, "#define ATT_SLD", attention::SCORE_LD),
+            (ATTENTION_WG.source, "#define AWG_HG", attention::WG_HEADS),
+            (ATTENTION_WG.source, "#define AWG_D", attention::WG_HEAD_DIM),
+            (
+                ATTENTION_WG.source,
+                "#define AWG_TILE",
+                attention::TILE_ROWS,
+            ),
+            (
+                ATTENTION_WG.source,
+                "#define AWG_THREADS",
+                attention::WG_THREADS,
+            ),
+            (ATTENTION_WG.source, "#define AWG_SLD", attention::SCORE_LD),
             (
                 INDEXER.source,
                 "#define IDX_MAXH",

@@ -41,8 +41,15 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 
 /// Options every module is compiled with, for `sm_{arch}`.
 pub fn options(arch: u32, pdl: Pdl) -> Vec<String> {
+    // sm_90 as sm_90a: the warpgroup MMAs (`attention_wg.cu`) exist only in the
+    // architecture-specific target, and an sm_90a image runs on every sm_90 part.
+    let target = if arch == 90 {
+        "90a".to_string()
+    } else {
+        arch.to_string()
+    };
     let mut o = vec![
-        format!("--gpu-architecture=sm_{arch}"),
+        format!("--gpu-architecture=sm_{target}"),
         "--std=c++17".into(),
         "-default-device".into(),
     ];

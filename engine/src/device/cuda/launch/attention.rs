@@ -367,7 +367,10 @@ pub fn force_attn_heads(h: Option<usize>) {
 /// Heads per block of the sparse attention for `t` rows: 64 (each KV tile shared by the most
 /// heads) unless that grid would fill at most half the SMs' first wave four times over, as at
 /// batch 1, where a block's time is its warps' instruction chains and 16 heads per block (a
-/// quarter of the work per warp, 4× the blocks) is faster.
+/// quarter of the work per warp, 4× the blocks) is faster. Where the 64-head blocks run on
+/// warpgroup MMAs (`sparse_attn_wg`) they are faster down to a quarter of the SMs (H100: the
+/// window layers at batch 16, 64 blocks, attention 0.1055 → 0.0971 ms per step; at batch 1,
+/// 4–20 blocks, 0.0638 → 0.0770 with them).
 pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
     use std::sync::atomic::Ordering;
     if ATTN_HEADS.load(Ordering::Relaxed) == usize::MAX {
@@ -380,7 +383,12 @@ pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
     match ATTN_HEADS.load(Ordering::Relaxed) {
         0 => {
             let wide = a.splits * a.heads.div_ceil(ka::HEADS_PER_BLOCK) * t;
-            if 4 * wide <= 2 * gpu.info.sms {
+            let fill = if attn_uses_wg(gpu, a, ka::HEADS_PER_BLOCK) {
+                1
+            } else {
+                2
+            };
+            if 4 * wide <= fill * gpu.info.sms {
                 ka::NARROW_HEADS
             } else {
                 ka::HEADS_PER_BLOCK
@@ -390,8 +398,41 @@ pub fn attn_heads_per_block(gpu: &Gpu, a: &AttnArgs, t: usize) -> usize {
     }
 }
 
+/// `AMDAHL_ATTN_WG=0` or [`force_attn_wg`] keeps 64-head blocks on `sparse_attn_partial`
+/// (0: off, 1: on where it applies, `usize::MAX`: the environment not read yet).
+static ATTN_WG: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// Switches the warpgroup-MMA attention (`sparse_attn_wg`) off or back on (tests, measurements).
+pub fn force_attn_wg(on: bool) {
+    ATTN_WG.store(usize::from(on), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Does a 64-head block of this layer run on `sparse_attn_wg`: an sm_90 GPU, 512-wide heads in
+/// whole groups of 64, and the switch on (the default)?
+pub fn attn_uses_wg(gpu: &Gpu, a: &AttnArgs, heads_per_block: usize) -> bool {
+    use std::sync::atomic::Ordering;
+    if ATTN_WG.load(Ordering::Relaxed) == usize::MAX {
+        force_attn_wg(std::env::var("AMDAHL_ATTN_WG").map_or(true, |v| v != "0"));
+    }
+    ATTN_WG.load(Ordering::Relaxed) == 1
+        && heads_per_block == ka::WG_HEADS
+        && gpu.info.compute_capability == (9, 0)
+        && a.head_dim == ka::WG_HEAD_DIM
+        && a.heads.is_multiple_of(ka::WG_HEADS)
+}
+
 pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u64> {
     let (hg, d) = (attn_heads_per_block(gpu, &a, t), a.head_dim);
+    let topk_ints = if a.kind == 2 { a.chunk } else { 0 };
+    if attn_uses_wg(gpu, &a, hg) {
+        let l = Launch::new(
+            (a.splits, a.heads / ka::WG_HEADS, t),
+            ka::WG_THREADS,
+            ka::WG_SMEM_FIXED + 4 * topk_ints,
+        );
+        gpu.launch(ka::SPARSE_ATTN_WG, l, &mut attn_args(&a, meta))?;
+        return Ok(l.blocks());
+    }
     if !d.is_multiple_of(16) || d > ka::MAX_HEAD_DIM {
         return Err(EngineError::Device(format!(
             "sparse attention needs head_dim a multiple of 16 and at most {}, got {d}",
@@ -401,7 +442,6 @@ pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u6
     // Q's two bf16 parts and the ring of KV tiles as padded bf16 rows, the score tile in f32
     // (64 rows: 64 heads, or 16 heads × 4 parts of d), then (CSA) the split's top-k indices.
     let rows = 2 * hg + ka::KV_BUFFERS * ka::TILE_ROWS;
-    let topk_ints = if a.kind == 2 { a.chunk } else { 0 };
     let smem =
         rows * (d + ka::ROW_PAD) * 2 + ka::HEADS_PER_BLOCK * ka::SCORE_LD * 4 + 4 * topk_ints;
     let l = Launch::new((a.splits, a.heads.div_ceil(hg), t), ka::THREADS, smem);
@@ -412,31 +452,37 @@ pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u6
             ka::SPARSE_ATTN_PARTIAL
         },
         l,
-        Args::new()
-            .ptr(a.q)
-            .ptr(a.kv_step)
-            .ptr(a.ring)
-            .ptr(a.entries)
-            .ptr(a.topk_idx)
-            .usize(a.topk)
-            .i32(a.kind)
-            .usize(a.ratio.max(1))
-            .usize(a.window)
-            .usize(a.max_entries.max(1))
-            .usize(a.heads)
-            .usize(a.head_dim)
-            .f32(a.scale)
-            .usize(a.chunk)
-            .usize(a.splits)
-            .ptr(meta.row_seq)
-            .ptr(meta.row_pos)
-            .ptr(meta.seq_slot)
-            .ptr(meta.seq_start)
-            .ptr(meta.seq_row0)
-            .ptr(a.o_part)
-            .ptr(a.ml_part),
+        &mut attn_args(&a, meta),
     )?;
     Ok(l.blocks())
+}
+
+/// The arguments every sparse attention kernel takes, in their order.
+fn attn_args(a: &AttnArgs, meta: SeqMeta) -> Args {
+    let mut args = Args::new();
+    args.ptr(a.q)
+        .ptr(a.kv_step)
+        .ptr(a.ring)
+        .ptr(a.entries)
+        .ptr(a.topk_idx)
+        .usize(a.topk)
+        .i32(a.kind)
+        .usize(a.ratio.max(1))
+        .usize(a.window)
+        .usize(a.max_entries.max(1))
+        .usize(a.heads)
+        .usize(a.head_dim)
+        .f32(a.scale)
+        .usize(a.chunk)
+        .usize(a.splits)
+        .ptr(meta.row_seq)
+        .ptr(meta.row_pos)
+        .ptr(meta.seq_slot)
+        .ptr(meta.seq_start)
+        .ptr(meta.seq_row0)
+        .ptr(a.o_part)
+        .ptr(a.ml_part);
+    args
 }
 
 #[allow(clippy::too_many_arguments)]

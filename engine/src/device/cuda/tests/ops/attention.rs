@@ -113,27 +113,37 @@ fn cfg_for(heads: usize, head_dim: usize, window: usize, topk: usize) -> ModelCo
 fn sparse_attention_matches_the_cpu_at_v4_widths() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng::new(21);
-    let (h, d, w, topk, max_len) = (64usize, 512usize, 128usize, 512usize, 8192usize);
+    let (h, d, w, max_len) = (64usize, 512usize, 128usize, 8192usize);
     let slots = 4;
     let (_rb, rope) = rope_dev(&g);
     let tab = table();
     let sinks = randn(&mut rng, h, 1.0);
     let sinks_b = g.upload(&sinks).unwrap();
-    for (label, kind, seqs) in [
+    // (A top-1024 CSA row has 36 splits: more than the combine holds in registers.)
+    for (label, kind, seqs, topk) in [
         (
             "csa decode",
             AttnKind::Csa { ratio: 4 },
             vec![(0usize, 4000usize, 1usize), (1, 130, 1), (2, 7, 1)],
+            512usize,
+        ),
+        (
+            "csa decode top-1024",
+            AttnKind::Csa { ratio: 4 },
+            vec![(3, 8000, 1)],
+            1024,
         ),
         (
             "hca prefill chunk",
             AttnKind::Hca { ratio: 128 },
             vec![(1, 300, 64)],
+            512,
         ),
         (
             "sliding decode x16",
             AttnKind::Sliding,
             (0..16).map(|i| (i % 3, 50 + 40 * i, 1)).collect(),
+            512,
         ),
     ] {
         let ratio = kind.ratio().max(1);
@@ -235,10 +245,24 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             o_part: o_part.ptr(),
             ml_part: ml_part.ptr(),
         };
-        // Both block shapes: 64 heads per block and 16 (what batch 1 gets).
-        for hg in [ka::HEADS_PER_BLOCK, ka::NARROW_HEADS] {
+        // Every kernel: 64 heads per block on warpgroup MMAs (sm_90) and on m16n8k16 MMAs,
+        // and 16 heads per block (what batch 1 gets).
+        let wg = g.info.compute_capability == (9, 0);
+        let kernels = [
+            (ka::HEADS_PER_BLOCK, true),
+            (ka::HEADS_PER_BLOCK, false),
+            (ka::NARROW_HEADS, false),
+        ];
+        for (hg, on) in kernels.into_iter().filter(|&(_, on)| wg || !on) {
             k::force_attn_heads(Some(hg));
+            k::force_attn_wg(on);
             assert_eq!(k::attn_heads_per_block(&g, &aa, t), hg);
+            assert_eq!(k::attn_uses_wg(&g, &aa, hg), on);
+            let hg = if on {
+                "64 (wgmma)".to_string()
+            } else {
+                hg.to_string()
+            };
             g.memset(&out, 0xff).unwrap();
             k::sparse_attn(&g, aa, meta.seq(), t).unwrap();
             k::attn_combine(
@@ -266,6 +290,7 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             );
         }
         k::force_attn_heads(None);
+        k::force_attn_wg(true);
     }
 }
 
