@@ -256,14 +256,8 @@ __device__ __forceinline__ void sparse_attn_body(
     const int sp = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tq = lane & 3, mh = warp / WPT, j = warp % WPT, wq = j & 3, kp = j >> 2;
-    const int b = row_seq[t], p = row_pos[t];
-    const int slot = seq_slot[b], start = seq_start[b], row0 = seq_row0[b];
-    const int n_win = min(W, p + 1);
-    int n_comp = 0;
-    if (kind == 1) n_comp = min((p + 1) / m, maxE);
-    if (kind == 2) n_comp = min(topk, min((p + 1) / m, maxE));
-    const int total = n_win + n_comp;
-    const int c_begin = sp * chunk, c_end = min(total, c_begin + chunk);
+    const AttnRows a = attn_rows(row_seq, row_pos, seq_slot, seq_start, seq_row0, t, kind, m, W, maxE, topk, chunk, sp);
+    const int c_begin = a.c_begin, c_end = a.c_end;
     const i64 ob = ((i64)t * splits + sp) * H;
     if (c_begin >= c_end) {
         for (int h = tid; h < HG && h0 + h < H; h += blockDim.x) {
@@ -272,20 +266,12 @@ __device__ __forceinline__ void sparse_attn_body(
         }
         return;
     }
-    // CSA: this split's top-k entry indices into shared memory once (after S), so a tile's
-    // gather reads them there instead of waiting on a global load per 16-byte piece.
+    // CSA: this split's top-k entry indices, after S.
     int* tks = reinterpret_cast<int*>(S + ATT_HG * ATT_SLD);
-    if (kind == 2) {
-        const int* trow = topk_idx + (i64)t * topk;
-        for (int i = tid; i < c_end - c_begin; i += ATT_THREADS) {
-            const int c = c_begin + i;
-            tks[i] = c >= n_win ? trow[c - n_win] : 0;
-        }
-        __syncthreads();
-    }
+    if (kind == 2) attn_stage_topk<ATT_THREADS>(tks, topk_idx, t, topk, a);
     // This thread's 16-byte pieces of a tile (row, piece), fixed across tiles: the divisions once.
     const int vpr = d / 8;  // 16-byte pieces per row
-    const int p_mod_w = p % W;  // back < n_win <= W: one wrap at most
+    const int p_mod_w = a.p % W;
     constexpr int LPT = ATT_TILE * (ATT_MAXD / 8) / ATT_THREADS;
     int ljr[LPT], lv[LPT];
 #pragma unroll
@@ -301,17 +287,7 @@ __device__ __forceinline__ void sparse_attn_body(
             const int c = c0 + ljr[u];
             u16* dst = kvs + (buf * ATT_TILE + ljr[u]) * ld + lv[u] * 8;
             if (c < c_end) {
-                const u16* row;
-                if (c < n_win) {
-                    // pos = p − back; its ring slot pos mod W from p's, with no division.
-                    const int back = n_win - 1 - c, pos = p - back;
-                    const int r = p_mod_w - back;
-                    row = pos >= start ? kv_step + (i64)(row0 + pos - start) * d
-                                       : ring + ((i64)slot * W + (r < 0 ? r + W : r)) * d;
-                } else {
-                    const int e = kind == 2 ? tks[c - c_begin] : c - n_win;
-                    row = entries + ((i64)slot * maxE + e) * d;
-                }
+                const u16* row = attn_row(c, a, p_mod_w, kind, W, maxE, d, kv_step, ring, entries, tks);
                 cp_async16(dst, row + lv[u] * 8);
             } else {
                 *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
@@ -340,11 +316,7 @@ __device__ __forceinline__ void sparse_attn_body(
         for (int u = 0; u < ATT_QB; u++) {
             const int i = i0 + u * ATT_THREADS, h = i / (d / 4), c4 = i % (d / 4);
             if (i >= nq4) continue;
-            const u32 h01 = pack_bf2(v[u].x, v[u].y), h23 = pack_bf2(v[u].z, v[u].w);
-            reinterpret_cast<uint2*>(qs + h * ld)[c4] = make_uint2(h01, h23);
-            reinterpret_cast<uint2*>(ql + h * ld)[c4] =
-                make_uint2(pack_bf2(v[u].x - bf_lo(h01), v[u].y - bf_hi(h01)),
-                           pack_bf2(v[u].z - bf_lo(h23), v[u].w - bf_hi(h23)));
+            q_split4(v[u], reinterpret_cast<uint2*>(qs + h * ld) + c4, reinterpret_cast<uint2*>(ql + h * ld) + c4);
         }
     }
     const int nd = (d / 8 - j + WPT - 1) / WPT;  // this warp's 8-wide column tiles of O: j + WPT·n

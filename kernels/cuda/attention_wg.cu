@@ -111,14 +111,8 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
     const int sp_i = blockIdx.x, t = blockIdx.z, h0 = blockIdx.y * AWG_HG;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, w4 = warp & 3, g = lane >> 2, tq = lane & 3;
-    const int b = row_seq[t], p = row_pos[t];
-    const int slot = seq_slot[b], start = seq_start[b], row0 = seq_row0[b];
-    const int n_win = min(W, p + 1);
-    int n_comp = 0;
-    if (kind == 1) n_comp = min((p + 1) / m, maxE);
-    if (kind == 2) n_comp = min(topk, min((p + 1) / m, maxE));
-    const int total = n_win + n_comp;
-    const int c_begin = sp_i * chunk, c_end = min(total, c_begin + chunk);
+    const AttnRows a = attn_rows(row_seq, row_pos, seq_slot, seq_start, seq_row0, t, kind, m, W, maxE, topk, chunk, sp_i);
+    const int c_begin = a.c_begin, c_end = a.c_end;
     const i64 ob = ((i64)t * splits + sp_i) * H;
     if (c_begin >= c_end) {
         for (int h = tid; h < AWG_HG; h += AWG_THREADS) {
@@ -127,35 +121,18 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
         }
         return;
     }
-    if (kind == 2) {
-        const int* trow = topk_idx + (i64)t * topk;
-        for (int i = tid; i < c_end - c_begin; i += AWG_THREADS) {
-            const int c = c_begin + i;
-            tks[i] = c >= n_win ? trow[c - n_win] : 0;
-        }
-        __syncthreads();
-    }
+    if (kind == 2) attn_stage_topk<AWG_THREADS>(tks, topk_idx, t, topk, a);
     // This thread's part of a tile: row tid / 8, its 16-byte pieces j + 8u (u = 0 … 7: chunk u,
     // piece j = tid % 8 of the chunk), so one row address per thread and tile; a warp's copy
     // instruction reads 4 rows × 128 contiguous bytes.
     const int lr_ = tid >> 3, lj = tid & 7;
     const u32 ldst = sw128(lr_, lj);
-    const int p_mod_w = p % W;
+    const int p_mod_w = a.p % W;
     auto load_tile = [&](int c0, int buf) {
         u8* dst = kvs + buf * AWG_TBYTES + ldst;
         const int c = c0 + lr_;
         if (c < c_end) {
-            const u16* row;
-            if (c < n_win) {
-                const int back = n_win - 1 - c, pos = p - back;
-                const int rr = p_mod_w - back;
-                row = pos >= start ? kv_step + (i64)(row0 + pos - start) * AWG_D
-                                   : ring + ((i64)slot * W + (rr < 0 ? rr + W : rr)) * AWG_D;
-            } else {
-                const int e = kind == 2 ? tks[c - c_begin] : c - n_win;
-                row = entries + ((i64)slot * maxE + e) * AWG_D;
-            }
-            row += lj * 8;
+            const u16* row = attn_row(c, a, p_mod_w, kind, W, maxE, AWG_D, kv_step, ring, entries, tks) + lj * 8;
 #pragma unroll
             for (int u = 0; u < AWG_KC; u++) cp_async16(dst + u * (AWG_TILE * 128), row + u * 64);
         } else {
@@ -182,11 +159,7 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
             if (i >= NQ4) continue;
             const int h = i / (AWG_D / 4), c4 = i % (AWG_D / 4);  // float4 c4: chunk c4 / 16
             const u32 off = (c4 >> 4) * (AWG_HG * 128) + sw128(h, (c4 & 15) >> 1) + (c4 & 1) * 8;
-            const u32 h01 = pack_bf2(v[u].x, v[u].y), h23 = pack_bf2(v[u].z, v[u].w);
-            *reinterpret_cast<uint2*>(qh + off) = make_uint2(h01, h23);
-            *reinterpret_cast<uint2*>(ql + off) =
-                make_uint2(pack_bf2(v[u].x - bf_lo(h01), v[u].y - bf_hi(h01)),
-                           pack_bf2(v[u].z - bf_lo(h23), v[u].w - bf_hi(h23)));
+            q_split4(v[u], qh + off, ql + off);
         }
     }
     // Descriptors' low words at each operand's start; a k-step, chunk or buffer adds its byte

@@ -75,15 +75,21 @@ pub const MHC: Module = Module {
     headers: &[],
     source: include_str!("../cuda/mhc.cu"),
 };
+/// What the two sparse attention modules share: a query row's candidate list, row addresses and
+/// q's split into bf16 parts.
+const ATTENTION_SHARED: &[(&str, &str)] = &[(
+    "attention_shared.cuh",
+    include_str!("../cuda/attention_shared.cuh"),
+)];
 pub const ATTENTION: Module = Module {
     name: "attention",
-    headers: &[],
+    headers: ATTENTION_SHARED,
     source: include_str!("../cuda/attention.cu"),
 };
 /// The sparse decode attention on warpgroup MMAs (sm_90, compiled as sm_90a).
 pub const ATTENTION_WG: Module = Module {
     name: "attention_wg",
-    headers: &[],
+    headers: ATTENTION_SHARED,
     source: include_str!("../cuda/attention_wg.cu"),
 };
 /// The lightning indexer's scores and top-k.
