@@ -27,7 +27,6 @@
 #define AWG_TBYTES (AWG_TILE * AWG_D * 2)    // one KV tile
 #define AWG_SLD 40                           // floats per score-partial row (bank spread)
 #define AWG_SBYTES (2 * AWG_HG * AWG_SLD * 4)
-#define AWG_SMEM_FIXED (2 * AWG_QBYTES + 2 * AWG_TBYTES + AWG_SBYTES)
 #define AWG_QB 16        // q float4 loads in flight per thread
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -125,12 +124,12 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
     // This thread's part of a tile: row tid / 8, its 16-byte pieces j + 8u (u = 0 … 7: chunk u,
     // piece j = tid % 8 of the chunk), so one row address per thread and tile; a warp's copy
     // instruction reads 4 rows × 128 contiguous bytes.
-    const int lr_ = tid >> 3, lj = tid & 7;
-    const u32 ldst = sw128(lr_, lj);
+    const int lrow = tid >> 3, lj = tid & 7;
+    const u32 ldst = sw128(lrow, lj);
     const int p_mod_w = a.p % W;
     auto load_tile = [&](int c0, int buf) {
         u8* dst = kvs + buf * AWG_TBYTES + ldst;
-        const int c = c0 + lr_;
+        const int c = c0 + lrow;
         if (c < c_end) {
             const u16* row = attn_row(c, a, p_mod_w, kind, W, maxE, AWG_D, kv_step, ring, entries, tks) + lj * 8;
 #pragma unroll
@@ -191,9 +190,7 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
         const u32 kb = dkv + ((buf * AWG_TBYTES + wg * (AWG_KC / 2) * (AWG_TILE * 128)) >> 4);
         const u32 qhb = dqh + ((wg * (AWG_KC / 2) * (AWG_HG * 128)) >> 4), qlb = dql + ((wg * (AWG_KC / 2) * (AWG_HG * 128)) >> 4);
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            wg_pin(s[i]);
-        }
+        for (int i = 0; i < 16; i++) wg_pin(s[i]);  // unset: the first MMA ignores them (scale-d 0)
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < AWG_D / 32; ks++) {

@@ -45,8 +45,8 @@ pub fn max_candidates(cfg: &ModelConfig, kind: AttnKind, max_len: usize) -> usiz
 }
 
 /// Split count of the sparse attention for `t` query rows: one block per SM (each holds ~205 KB
-/// of shared memory at d = 512) and no second wave, at least one 32-row tile per split. More splits would only add
-/// partial rows for the combine to read. The count is then cut to the splits the tile-rounded
+/// of shared memory at d = 512) and no second wave, at least one 32-row tile per split. More
+/// splits would only add partial rows for the combine to read. The count is then cut to the splits the tile-rounded
 /// chunk leaves rows for, so that no split of a full-length query is empty (128 window rows in
 /// 3 splits are chunks of 64: two splits, not a third empty one whose blocks start, write `-inf`
 /// and have their partials read by the combine).
