@@ -516,65 +516,6 @@ extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine(
     }
 }
 
-// The merge for at most S splits (`sparse_attn_combine_s8`, `_s32`), with no block reductions:
-// every thread loads all splits' (max, sum) (broadcast) and its pair of each split's partial at
-// once, so the merge is one round to memory instead of three dependent ones; each thread forms
-// the weights itself. Same block shape and output as `sparse_attn_combine`.
-template <int S>
-__device__ __forceinline__ void combine_regs(const float* __restrict__ o_part, const float* __restrict__ ml_part,
-                                             const float* __restrict__ sinks, int H, int d, int splits,
-                                             const int* __restrict__ row_pos, const float* __restrict__ inv_freq,
-                                             int rd, float rope_scale, u16* __restrict__ out) {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const int pairs = d / 2;
-    float2 ml[S];
-#pragma unroll
-    for (int s = 0; s < S; s++)
-        ml[s] = s < splits ? reinterpret_cast<const float2*>(ml_part)[((i64)t * splits + s) * H + h]
-                           : make_float2(NEG_INF, 0.f);
-    const float sink = sinks[h];
-    const int pos = row_pos[t];
-    for (int c2 = threadIdx.x; c2 < pairs; c2 += blockDim.x) {
-        float2 o[S];
-#pragma unroll
-        for (int s = 0; s < S; s++)
-            o[s] = s < splits ? reinterpret_cast<const float2*>(o_part + (((i64)t * splits + s) * H + h) * d)[c2]
-                              : make_float2(0.f, 0.f);
-        float M = sink;
-#pragma unroll
-        for (int s = 0; s < S; s++) M = fmaxf(M, ml[s].x);
-        float lsum = 0.f, v0 = 0.f, v1 = 0.f;
-#pragma unroll
-        for (int s = 0; s < S; s++) {
-            const float e = ml[s].x == NEG_INF ? 0.f : expf(ml[s].x - M);
-            lsum += e != 0.f ? ml[s].y * e : 0.f;
-            v0 += e != 0.f ? o[s].x * e : 0.f;
-            v1 += e != 0.f ? o[s].y * e : 0.f;
-        }
-        const float inv = 1.f / (expf(sink - M) + lsum);
-        v0 *= inv;
-        v1 *= inv;
-        const int c0 = 2 * c2;
-        if (c0 >= d - rd) rope_pair(&v0, &v1, inv_freq[(c0 - (d - rd)) / 2], pos, rope_scale, -1.f);
-        reinterpret_cast<u32*>(out + ((i64)t * H + h) * d)[c2] = pack_bf2(v0, v1);
-    }
-}
-
-#define COMBINE_PARAMS                                                                                    \
-    const float *__restrict__ o_part, const float *__restrict__ ml_part, const float *__restrict__ sinks, \
-        int H, int d, int splits, const int *__restrict__ row_pos, const float *__restrict__ inv_freq,    \
-        int rd, float rope_scale, u16 *__restrict__ out
-#define COMBINE_ARGS o_part, ml_part, sinks, H, d, splits, row_pos, inv_freq, rd, rope_scale, out
-
-extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine_s8(COMBINE_PARAMS) {
-    pdl_enter();
-    combine_regs<8>(COMBINE_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(256) sparse_attn_combine_s32(COMBINE_PARAMS) {
-    pdl_enter();
-    combine_regs<32>(COMBINE_ARGS);
-}
-
 // Keeps the last W raw rows of each sequence's chunk in its ring.
 extern "C" __global__ void ring_store(const u16* __restrict__ kv_step, u16* __restrict__ ring,
                                       int W, int d, const int* __restrict__ seq_slot,

@@ -104,9 +104,7 @@ __device__ __forceinline__ u32 sw128(int r, int j) { return (u32)(r * 128 + ((j 
 // QIMG: q holds `q_prep`'s image (per head its bf16 hi part, then its lo part, 2·d bytes each)
 // instead of f32 rows: the block copies it into place (`cp.async`, no registers, no
 // conversion) alongside the first tile.
-// Measurement variant (AMDAHL_ATTN_WG_VARIANT=v): VOTE: the accumulators' rescale only where a
-// row max of the warp moved.
-template <bool QIMG, bool VOTE = false>
+template <bool QIMG>
 __device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) u8 smem_raw[];
@@ -269,14 +267,12 @@ __device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
             lr[r] = lr[r] * alpha[r] + sum;
             mr[r] = mn;
         }
-        if (!VOTE || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                o[4 * i] *= alpha[0];
-                o[4 * i + 1] *= alpha[0];
-                o[4 * i + 2] *= alpha[1];
-                o[4 * i + 3] *= alpha[1];
-            }
+        for (int i = 0; i < 32; i++) {
+            o[4 * i] *= alpha[0];
+            o[4 * i + 1] *= alpha[0];
+            o[4 * i + 2] *= alpha[1];
+            o[4 * i + 3] *= alpha[1];
         }
         // P as A fragments of k-steps kk (rows 16kk .. 16kk + 15 of the tile): n-blocks 2kk, 2kk + 1.
         u32 pa[2][4], pl[2][4];
@@ -329,8 +325,4 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(AWG_
 extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg_qi(AWG_PARAMS) {
     pdl_enter();
     sparse_attn_wg_body<true>(AWG_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg_qi_v(AWG_PARAMS) {
-    pdl_enter();
-    sparse_attn_wg_body<true, true>(AWG_ARGS);
 }

@@ -251,14 +251,9 @@ pub mod attention {
     pub const SPARSE_ATTN_WG: Entry = e("attention_wg", "sparse_attn_wg");
     /// `sparse_attn_wg` on q's bf16 image (`q_prep` with image = 1).
     pub const SPARSE_ATTN_WG_QI: Entry = e("attention_wg", "sparse_attn_wg_qi");
-    /// Measurement variant of `sparse_attn_wg_qi` (`AMDAHL_ATTN_WG_VARIANT=v`).
-    pub const SPARSE_ATTN_WG_QI_V: Entry = e("attention_wg", "sparse_attn_wg_qi_v");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
-    /// The merge for at most 8 or 32 splits, every load at once (`AMDAHL_ATTN_COMBINE=regs`).
-    pub const SPARSE_ATTN_COMBINE_S8: Entry = e("attention", "sparse_attn_combine_s8");
-    pub const SPARSE_ATTN_COMBINE_S32: Entry = e("attention", "sparse_attn_combine_s32");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 19] = [
+    pub const ALL: [Entry; 16] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
@@ -273,10 +268,7 @@ pub mod attention {
         SPARSE_ATTN_PARTIAL_H16,
         SPARSE_ATTN_WG,
         SPARSE_ATTN_WG_QI,
-        SPARSE_ATTN_WG_QI_V,
         SPARSE_ATTN_COMBINE,
-        SPARSE_ATTN_COMBINE_S8,
-        SPARSE_ATTN_COMBINE_S32,
         RING_STORE,
     ];
     /// Heads per block, candidate rows per tile and threads of `sparse_attn_partial`, its

@@ -450,13 +450,10 @@ pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u6
             ka::WG_THREADS,
             ka::WG_SMEM_FIXED + 4 * topk_ints,
         );
-        let entry = match (
-            a.q_image,
-            std::env::var("AMDAHL_ATTN_WG_VARIANT").as_deref(),
-        ) {
-            (true, Ok("v")) => ka::SPARSE_ATTN_WG_QI_V,
-            (true, _) => ka::SPARSE_ATTN_WG_QI,
-            (false, _) => ka::SPARSE_ATTN_WG,
+        let entry = if a.q_image {
+            ka::SPARSE_ATTN_WG_QI
+        } else {
+            ka::SPARSE_ATTN_WG
         };
         gpu.launch(entry, l, &mut attn_args(&a, meta))?;
         return Ok(l.blocks());
@@ -519,31 +516,6 @@ fn attn_args(a: &AttnArgs, meta: SeqMeta) -> Args {
     args
 }
 
-/// `AMDAHL_ATTN_COMBINE=regs` or [`force_attn_combine_regs`]: the merge of at most 8 or 32
-/// splits with every load at once (`sparse_attn_combine_s8` / `_s32`; 0: off, 1: on,
-/// `usize::MAX`: the environment not read yet).
-static COMBINE_REGS: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(usize::MAX);
-
-/// Switches the split merge with every load at once on or off (tests, measurements).
-pub fn force_attn_combine_regs(on: bool) {
-    COMBINE_REGS.store(usize::from(on), std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The merge kernel for `splits` splits.
-fn combine_entry(splits: usize) -> amdahl_kernels::Entry {
-    use std::sync::atomic::Ordering;
-    if COMBINE_REGS.load(Ordering::Relaxed) == usize::MAX {
-        force_attn_combine_regs(std::env::var("AMDAHL_ATTN_COMBINE").as_deref() == Ok("regs"));
-    }
-    match splits {
-        _ if COMBINE_REGS.load(Ordering::Relaxed) != 1 => ka::SPARSE_ATTN_COMBINE,
-        0..=8 => ka::SPARSE_ATTN_COMBINE_S8,
-        9..=32 => ka::SPARSE_ATTN_COMBINE_S32,
-        _ => ka::SPARSE_ATTN_COMBINE,
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 pub fn attn_combine(
     gpu: &Gpu,
@@ -556,7 +528,7 @@ pub fn attn_combine(
 ) -> Result<u64> {
     let l = Launch::new((a.heads, t, 1), (a.head_dim / 2).clamp(32, 256), 0);
     gpu.launch(
-        combine_entry(a.splits),
+        ka::SPARSE_ATTN_COMBINE,
         l,
         Args::new()
             .ptr(a.o_part)
