@@ -32,9 +32,13 @@ __device__ __forceinline__ void rope4(float4& v, int c4, int d, int rd, const fl
 // q [T, H·d] f32 in place: unweighted RMSNorm per head, then RoPE at the row's position. One
 // warp per head (block (head group of 8, row)); a head of d <= 512, d % 4 == 0 is held in
 // registers as float4s, so it is read and written once with all loads in flight.
+// image = 1 (d % 4 == 0, d <= 512; for `sparse_attn_wg_qi`): each head's 4·d bytes are
+// rewritten as its two bf16 parts instead (hi: d bf16, then lo: d bf16; `q_split4`), so the
+// attention copies them without converting. In place is safe: a head's image lies in its own
+// f32 span, and every lane's loads of it complete before the warp's sum, before any store.
 extern "C" __global__ void __launch_bounds__(256) q_prep(
     float* __restrict__ q, int H, int d, float eps, const int* __restrict__ row_pos,
-    const float* __restrict__ inv_freq, int rd, float rope_scale) {
+    const float* __restrict__ inv_freq, int rd, float rope_scale, int image) {
     pdl_enter();
     const int t = blockIdx.y;
     const int lane = threadIdx.x & 31, h = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -59,7 +63,8 @@ extern "C" __global__ void __launch_bounds__(256) q_prep(
             if (c4 >= d4) continue;
             r[i].x *= s; r[i].y *= s; r[i].z *= s; r[i].w *= s;
             rope4(r[i], c4, d, rd, inv_freq, pos, rope_scale);
-            v4[c4] = r[i];
+            if (image) q_split4(r[i], reinterpret_cast<u8*>(v) + 8 * c4, reinterpret_cast<u8*>(v) + 2 * d + 8 * c4);
+            else v4[c4] = r[i];
         }
         return;
     }

@@ -90,14 +90,22 @@ __device__ __forceinline__ u32 sw128(int r, int j) { return (u32)(r * 128 + ((j 
 
 #endif
 
-extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
-    const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,
-    const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,
-    int W, int maxE, int H, int d, float scale, int chunk, int splits,
-    const int* __restrict__ row_seq, const int* __restrict__ row_pos,
-    const int* __restrict__ seq_slot, const int* __restrict__ seq_start,
-    const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part) {
-    pdl_enter();
+#define AWG_PARAMS                                                                                  \
+    const float *__restrict__ q, const u16 *__restrict__ kv_step, const u16 *__restrict__ ring,     \
+        const u16 *__restrict__ entries, const int *__restrict__ topk_idx, int topk, int kind, int m, \
+        int W, int maxE, int H, int d, float scale, int chunk, int splits,                          \
+        const int *__restrict__ row_seq, const int *__restrict__ row_pos,                           \
+        const int *__restrict__ seq_slot, const int *__restrict__ seq_start,                        \
+        const int *__restrict__ seq_row0, float *__restrict__ o_part, float *__restrict__ ml_part
+#define AWG_ARGS                                                                                     \
+    q, kv_step, ring, entries, topk_idx, topk, kind, m, W, maxE, H, d, scale, chunk, splits, row_seq, \
+        row_pos, seq_slot, seq_start, seq_row0, o_part, ml_part
+
+// QIMG: q holds `q_prep`'s image (per head its bf16 hi part, then its lo part, 2·d bytes each)
+// instead of f32 rows: the block copies it into place (`cp.async`, no registers, no
+// conversion) alongside the first tile.
+template <bool QIMG>
+__device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) u8 smem_raw[];
     // The swizzle is a function of address bits 4–9: operands start on 1024-byte boundaries.
@@ -119,6 +127,16 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
             ml_part[(ob + h0 + h) * 2 + 1] = 0.f;
         }
         return;
+    }
+    if (QIMG) {
+        // 16-byte piece i: part i / 4096 (hi, lo), head (i / 64) % 64, piece i % 64 of its row
+        // (chunk / 8, piece of the chunk % 8); a warp reads 512 contiguous bytes.
+        const u8* src = reinterpret_cast<const u8*>(q + ((i64)t * H + h0) * AWG_D);
+        for (int i = tid; i < 2 * AWG_HG * (AWG_D / 8); i += AWG_THREADS) {
+            const int part = i >> 12, h = (i >> 6) & (AWG_HG - 1), k = i & 63;
+            cp_async16((part ? ql : qh) + (k >> 3) * (AWG_HG * 128) + sw128(h, k & 7),
+                       src + (i64)h * (AWG_D * 4) + part * (AWG_D * 2) + k * 16);
+        }
     }
     if (kind == 2) attn_stage_topk<AWG_THREADS>(tks, topk_idx, t, topk, a);
     // This thread's part of a tile: row tid / 8, its 16-byte pieces j + 8u (u = 0 … 7: chunk u,
@@ -144,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
     cp_async_commit();
     // q (f32 [H][d] of row t) → its two bf16 parts, swizzled; AWG_QB float4 loads in flight.
     constexpr int NQ4 = AWG_HG * (AWG_D / 4);
-    for (int i0 = tid; i0 < NQ4; i0 += AWG_THREADS * AWG_QB) {
+    for (int i0 = tid; !QIMG && i0 < NQ4; i0 += AWG_THREADS * AWG_QB) {
         float4 v[AWG_QB];
 #pragma unroll
         for (int u = 0; u < AWG_QB; u++) {
@@ -225,6 +243,7 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
                 s[4 * i + 2 * r + 1] = col + 1 < c_end ? (a.y + bb.y) * scale : NEG_INF;
             }
         // Online softmax of rows g, g + 8 (the 4 lanes of a row group share each row).
+        float alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = NEG_INF;
@@ -244,14 +263,16 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float alpha = mr[r] == NEG_INF ? (mn == NEG_INF ? 1.f : 0.f) : __expf(mr[r] - mn);
-            lr[r] = lr[r] * alpha + sum;
+            alpha[r] = mr[r] == NEG_INF ? (mn == NEG_INF ? 1.f : 0.f) : __expf(mr[r] - mn);
+            lr[r] = lr[r] * alpha[r] + sum;
             mr[r] = mn;
+        }
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                o[4 * i + 2 * r] *= alpha;
-                o[4 * i + 2 * r + 1] *= alpha;
-            }
+        for (int i = 0; i < 32; i++) {
+            o[4 * i] *= alpha[0];
+            o[4 * i + 1] *= alpha[0];
+            o[4 * i + 2] *= alpha[1];
+            o[4 * i + 3] *= alpha[1];
         }
         // P as A fragments of k-steps kk (rows 16kk .. 16kk + 15 of the tile): n-blocks 2kk, 2kk + 1.
         u32 pa[2][4], pl[2][4];
@@ -294,4 +315,14 @@ extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(
 #else
     __trap();  // launched only on sm_90 (compiled as sm_90a)
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(AWG_PARAMS) {
+    pdl_enter();
+    sparse_attn_wg_body<false>(AWG_ARGS);
+}
+// The same on q's image (`q_prep` with image = 1).
+extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg_qi(AWG_PARAMS) {
+    pdl_enter();
+    sparse_attn_wg_body<true>(AWG_ARGS);
 }

@@ -249,9 +249,11 @@ pub mod attention {
     pub const SPARSE_ATTN_PARTIAL: Entry = e("attention", "sparse_attn_partial");
     pub const SPARSE_ATTN_PARTIAL_H16: Entry = e("attention", "sparse_attn_partial_h16");
     pub const SPARSE_ATTN_WG: Entry = e("attention_wg", "sparse_attn_wg");
+    /// `sparse_attn_wg` on q's bf16 image (`q_prep` with image = 1).
+    pub const SPARSE_ATTN_WG_QI: Entry = e("attention_wg", "sparse_attn_wg_qi");
     pub const SPARSE_ATTN_COMBINE: Entry = e("attention", "sparse_attn_combine");
     pub const RING_STORE: Entry = e("attention", "ring_store");
-    pub const ALL: [Entry; 15] = [
+    pub const ALL: [Entry; 16] = [
         Q_PREP,
         ROPE_HEADS,
         KV_PREP,
@@ -265,6 +267,7 @@ pub mod attention {
         SPARSE_ATTN_PARTIAL,
         SPARSE_ATTN_PARTIAL_H16,
         SPARSE_ATTN_WG,
+        SPARSE_ATTN_WG_QI,
         SPARSE_ATTN_COMBINE,
         RING_STORE,
     ];

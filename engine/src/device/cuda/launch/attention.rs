@@ -24,8 +24,15 @@ pub fn q_prep(
     eps: f32,
     row_pos: u64,
     rope: Rope,
+    image: bool,
     t: usize,
 ) -> Result<u64> {
+    if image && (!d.is_multiple_of(4) || d > ka::MAX_HEAD_DIM) {
+        return Err(EngineError::Device(format!(
+            "q's bf16 image needs head_dim a multiple of 4 and at most {}, got {d}",
+            ka::MAX_HEAD_DIM
+        )));
+    }
     let l = Launch::new((h.div_ceil(8), t, 1), 256, 0);
     gpu.launch(
         ka::Q_PREP,
@@ -38,7 +45,8 @@ pub fn q_prep(
             .ptr(row_pos)
             .ptr(rope.inv_freq)
             .usize(rope.dim)
-            .f32(rope.scale),
+            .f32(rope.scale)
+            .i32(i32::from(image)),
     )?;
     Ok(l.blocks())
 }
@@ -351,6 +359,9 @@ pub struct AttnArgs {
     pub splits: usize,
     pub o_part: u64,
     pub ml_part: u64,
+    /// q holds `q_prep`'s bf16 image (hi, lo per head), for `sparse_attn_wg_qi`
+    /// ([`attn_q_image`]), not f32 rows.
+    pub q_image: bool,
 }
 
 /// Heads per block forced by `AMDAHL_ATTN_HEADS=64|16` or [`force_attn_heads`] (0: by size;
@@ -421,6 +432,15 @@ pub fn attn_uses_wg(gpu: &Gpu, a: &AttnArgs, heads_per_block: usize) -> bool {
         && a.heads.is_multiple_of(ka::WG_HEADS)
 }
 
+/// Does `q_prep` write q as its bf16 image for this layer's attention at `t` rows: where the
+/// attention runs `sparse_attn_wg`, unless `AMDAHL_ATTN_QIMG=0` (read once). Then each block
+/// copies q's two bf16 parts instead of loading and converting 128 KB of f32.
+pub fn attn_q_image(gpu: &Gpu, a: &AttnArgs, t: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("AMDAHL_ATTN_QIMG").as_deref() != Ok("0"))
+        && attn_uses_wg(gpu, a, attn_heads_per_block(gpu, a, t))
+}
+
 pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u64> {
     let (hg, d) = (attn_heads_per_block(gpu, &a, t), a.head_dim);
     let topk_ints = if a.kind == 2 { a.chunk } else { 0 };
@@ -430,8 +450,19 @@ pub fn sparse_attn(gpu: &Gpu, a: AttnArgs, meta: SeqMeta, t: usize) -> Result<u6
             ka::WG_THREADS,
             ka::WG_SMEM_FIXED + 4 * topk_ints,
         );
-        gpu.launch(ka::SPARSE_ATTN_WG, l, &mut attn_args(&a, meta))?;
+        let entry = if a.q_image {
+            ka::SPARSE_ATTN_WG_QI
+        } else {
+            ka::SPARSE_ATTN_WG
+        };
+        gpu.launch(entry, l, &mut attn_args(&a, meta))?;
         return Ok(l.blocks());
+    }
+    if a.q_image {
+        return Err(EngineError::Device(format!(
+            "q is in its bf16 image, which only sparse_attn_wg reads, but {hg}-head blocks of \
+             {d}-wide heads run another kernel"
+        )));
     }
     if !d.is_multiple_of(16) || d > ka::MAX_HEAD_DIM {
         return Err(EngineError::Device(format!(

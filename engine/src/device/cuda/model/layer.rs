@@ -151,7 +151,45 @@ impl GpuModel {
         if ahead {
             self.prefetch(&a.wo_a.iter().collect::<Vec<_>>())?;
         }
-        tm.count(k::q_prep(g, bf.q.ptr(), h, hd, eps, meta.row_pos, rope, t)?);
+        // The attention's arguments (its top-k list is set after the indexer) decide q's form.
+        let (kind, ratio) = match a.kind {
+            AttnKind::Sliding => (0, 1),
+            AttnKind::Hca { ratio } => (1, ratio),
+            AttnKind::Csa { ratio } => (2, ratio),
+        };
+        let (splits, chunk) = self.attn_geometry(a.kind, t);
+        let mut aa = AttnArgs {
+            q: bf.q.ptr(),
+            kv_step: bf.kv_bf.ptr(),
+            ring: st.ring.ptr(),
+            entries: st.entries.as_ref().map_or(0, |e| e.ptr()),
+            topk_idx: 0,
+            topk: 0,
+            kind,
+            ratio,
+            window: c.sliding_window,
+            max_entries: st.max_entries,
+            heads: h,
+            head_dim: hd,
+            scale: (hd as f32).powf(-0.5),
+            chunk,
+            splits,
+            o_part: bf.o_part.ptr(),
+            ml_part: bf.ml_part.ptr(),
+            q_image: false,
+        };
+        aa.q_image = k::attn_q_image(g, &aa, t);
+        tm.count(k::q_prep(
+            g,
+            bf.q.ptr(),
+            h,
+            hd,
+            eps,
+            meta.row_pos,
+            rope,
+            aa.q_image,
+            t,
+        )?);
         g.join()?;
 
         let mut topk_ptr = 0u64;
@@ -233,31 +271,8 @@ impl GpuModel {
         }
 
         tm.mark(g, Stage::Attention, cap)?;
-        let (kind, ratio) = match a.kind {
-            AttnKind::Sliding => (0, 1),
-            AttnKind::Hca { ratio } => (1, ratio),
-            AttnKind::Csa { ratio } => (2, ratio),
-        };
-        let (splits, chunk) = self.attn_geometry(a.kind, t);
-        let aa = AttnArgs {
-            q: bf.q.ptr(),
-            kv_step: bf.kv_bf.ptr(),
-            ring: st.ring.ptr(),
-            entries: st.entries.as_ref().map_or(0, |e| e.ptr()),
-            topk_idx: topk_ptr,
-            topk,
-            kind,
-            ratio,
-            window: c.sliding_window,
-            max_entries: st.max_entries,
-            heads: h,
-            head_dim: hd,
-            scale: (hd as f32).powf(-0.5),
-            chunk,
-            splits,
-            o_part: bf.o_part.ptr(),
-            ml_part: bf.ml_part.ptr(),
-        };
+        aa.topk_idx = topk_ptr;
+        aa.topk = topk;
         for _ in 0..self.attn_repeat {
             tm.count(k::sparse_attn(g, aa, meta, t)?);
         }

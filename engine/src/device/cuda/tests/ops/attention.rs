@@ -95,6 +95,22 @@ impl Meta {
     }
 }
 
+/// q rows [rows][heads][d] f32 as `q_prep`'s image: per head its bf16 part, then the bf16 of
+/// the remainder (`q_split4`), 2·d bf16 in the head's f32 span.
+fn q_image(q: &[f32], d: usize) -> Vec<u16> {
+    let mut img = Vec::with_capacity(2 * q.len());
+    for head in q.chunks(d) {
+        let hi: Vec<half::bf16> = head.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        img.extend(hi.iter().map(|b| b.to_bits()));
+        img.extend(
+            head.iter()
+                .zip(&hi)
+                .map(|(&x, b)| half::bf16::from_f32(x - b.to_f32()).to_bits()),
+        );
+    }
+    img
+}
+
 fn cfg_for(heads: usize, head_dim: usize, window: usize, topk: usize) -> ModelConfig {
     let spec = TinySpec {
         heads,
@@ -218,6 +234,7 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
         let ent_b = g.upload(&to_bf16_bits(&entries)).unwrap();
         let kv_b = g.upload(&to_bf16_bits(&kv_step)).unwrap();
         let q_b = g.upload(&q).unwrap();
+        let qi_b = g.upload(&q_image(&q, d)).unwrap();
         let tk_b = g.upload(&tk).unwrap();
         let o_part = super::poisoned(&g, t * splits * h * d * 4);
         let ml_part = super::poisoned(&g, t * splits * h * 2 * 4);
@@ -244,24 +261,31 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
             splits,
             o_part: o_part.ptr(),
             ml_part: ml_part.ptr(),
+            q_image: false,
         };
-        // Every kernel: 64 heads per block on warpgroup MMAs (sm_90) and on m16n8k16 MMAs,
-        // and 16 heads per block (what batch 1 gets).
+        // Every kernel: 64 heads per block on warpgroup MMAs (sm_90; q as f32 rows and as
+        // q_prep's image) and on m16n8k16 MMAs, and 16 heads per block (what batch 1 gets).
         let wg = g.info.compute_capability == (9, 0);
         let kernels = [
-            (ka::HEADS_PER_BLOCK, true),
-            (ka::HEADS_PER_BLOCK, false),
-            (ka::NARROW_HEADS, false),
+            (ka::HEADS_PER_BLOCK, true, true),
+            (ka::HEADS_PER_BLOCK, true, false),
+            (ka::HEADS_PER_BLOCK, false, false),
+            (ka::NARROW_HEADS, false, false),
         ];
-        for (hg, on) in kernels.into_iter().filter(|&(_, on)| wg || !on) {
+        for (hg, on, image) in kernels.into_iter().filter(|&(_, on, _)| wg || !on) {
             k::force_attn_heads(Some(hg));
             k::force_attn_wg(on);
             assert_eq!(k::attn_heads_per_block(&g, &aa, t), hg);
             assert_eq!(k::attn_uses_wg(&g, &aa, hg), on);
-            let hg = if on {
-                "64 (wgmma)".to_string()
-            } else {
-                hg.to_string()
+            let hg = match (on, image) {
+                (true, true) => "64 (wgmma, q image)".to_string(),
+                (true, false) => "64 (wgmma)".to_string(),
+                _ => hg.to_string(),
+            };
+            let aa = AttnArgs {
+                q: if image { qi_b.ptr() } else { q_b.ptr() },
+                q_image: image,
+                ..aa
             };
             g.memset(&out, 0xff).unwrap();
             k::sparse_attn(&g, aa, meta.seq(), t).unwrap();
@@ -289,9 +313,41 @@ fn sparse_attention_matches_the_cpu_at_v4_widths() {
                 "attention {label}, {hg} heads per block: {e:.3e}"
             );
         }
+        // An image where the blocks would not run sparse_attn_wg is refused, not misread.
+        k::force_attn_wg(false);
+        let img = AttnArgs {
+            q_image: true,
+            ..aa
+        };
+        assert!(k::sparse_attn(&g, img, meta.seq(), t).is_err());
         k::force_attn_heads(None);
         k::force_attn_wg(true);
     }
+}
+
+/// `q_prep` with image = 1 writes, bit for bit, the image of what it writes as f32 (the
+/// rows normalized and roped in place, then split on the host), at V4-Flash widths, and
+/// refuses widths it cannot hold.
+#[test]
+fn q_prep_image_is_its_f32_rows_split() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng::new(8);
+    let (h, d, t) = (64usize, 512usize, 3usize);
+    let (_rb, rope) = rope_dev(&g);
+    let q = randn(&mut rng, t * h * d, 1.0);
+    let pos = g.upload(&[0i32, 77, 8191]).unwrap();
+    let f32_b = g.upload(&q).unwrap();
+    let img_b = g.upload(&q).unwrap();
+    k::q_prep(&g, f32_b.ptr(), h, d, 1e-6, pos.ptr(), rope, false, t).unwrap();
+    k::q_prep(&g, img_b.ptr(), h, d, 1e-6, pos.ptr(), rope, true, t).unwrap();
+    let rows: Vec<f32> = g.read(&f32_b, 0, t * h * d).unwrap();
+    let img: Vec<u16> = g.read(&img_b, 0, 2 * t * h * d).unwrap();
+    let want = q_image(&rows, d);
+    let diff = img.iter().zip(&want).filter(|(a, b)| a != b).count();
+    assert_eq!(diff, 0, "{diff} of {} image halves differ", want.len());
+    // The rows did change (normalized and roped), so the check compares real work.
+    assert!(rows.iter().zip(&q).any(|(a, b)| a != b));
+    assert!(k::q_prep(&g, img_b.ptr(), h, 514, 1e-6, pos.ptr(), rope, true, t).is_err());
 }
 
 #[test]
