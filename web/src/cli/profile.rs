@@ -245,6 +245,26 @@ pub fn render(r: &ProfileReport) -> String {
                 shot.map_or_else(|| "-".into(), |t| format!("{:.4}", t * 1e3))
             );
         }
+        // The issue's measure: a layer's bytes (every stage but the head) at the copy rate
+        // against the layer's time.
+        let layer_bytes = rep
+            .lines
+            .iter()
+            .filter(|l| l.stage != Stage::Head)
+            .map(|l| l.bytes as f64)
+            .sum::<f64>()
+            / r.layers as f64;
+        if layer_bytes > 0.0 && per_layer > 0.0 && r.peaks.bandwidth > 0.0 {
+            let at_copy = layer_bytes / r.peaks.bandwidth;
+            s += &format!(
+                "  - per layer: {:.1} MB read (every stage but the head), {:.3} ms at the copy rate: \
+                 the layer's {:.3} ms run at {:.0}% of copy\n",
+                layer_bytes / 1e6,
+                at_copy * 1e3,
+                per_layer * 1e3,
+                100.0 * at_copy / per_layer
+            );
+        }
         if let Some(empty) = r.read_floors.first().filter(|_| shot_launches > 0) {
             s += &format!(
                 "  - one-shot floor: the step's {} launches as pure reads of their stages' bytes would take {:.3} ms \
@@ -523,6 +543,11 @@ mod tests {
         // 44 µs of the 200-µs step; the 6 launches alone 12 µs.
         assert!(
             s.contains("one-shot floor: the step's 6 launches as pure reads of their stages' bytes would take 0.044 ms (22% of the graph's 0.200 ms), 0.012 ms of it the launches alone (2.00 µs each)"),
+            "{s}"
+        );
+        // 64 MiB per layer at 3 TB/s: 22.4 µs of the layer's 200.
+        assert!(
+            s.contains("per layer: 67.1 MB read (every stage but the head), 0.022 ms at the copy rate: the layer's 0.200 ms run at 11% of copy\n"),
             "{s}"
         );
         // attn_proj: 100 µs against 40 as pure reads, 2.5× at most: 200 → 140 µs, +43% tok/s;
