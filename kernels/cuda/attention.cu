@@ -447,16 +447,6 @@ __device__ __forceinline__ void sparse_attn_body(
     }
 }
 
-#define SPARSE_ATTN_PARAMS                                                                                \
-    const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,          \
-        const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,     \
-        int W, int maxE, int H, int d, float scale, int chunk, int splits,                                \
-        const int* __restrict__ row_seq, const int* __restrict__ row_pos,                                 \
-        const int* __restrict__ seq_slot, const int* __restrict__ seq_start,                              \
-        const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part
-#define SPARSE_ATTN_ARGS                                                                                  \
-    q, kv_step, ring, entries, topk_idx, topk, kind, m, W, maxE, H, d, scale, chunk, splits, row_seq,    \
-        row_pos, seq_slot, seq_start, seq_row0, o_part, ml_part
 extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) sparse_attn_partial(SPARSE_ATTN_PARAMS) {
     pdl_enter();
     sparse_attn_body<ATT_HG>(SPARSE_ATTN_ARGS);

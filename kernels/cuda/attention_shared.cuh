@@ -1,7 +1,20 @@
 // What the sparse attention kernels share (attention.cu, attention_wg.cu; amdahl-kernels
 // `ATTENTION_SHARED`): one query row's candidate list — its window rows, then compressed entries
 // (all visible for HCA, kind 1; the indexer's top-k for CSA, kind 2) — a split's share of it,
-// the address of a candidate's row, and q's split into two bf16 parts.
+// the address of a candidate's row, q's split into two bf16 parts, and the kernels' parameter list.
+
+// Every sparse attention kernel's parameters, in the order of the launcher's `attn_args`, and
+// their names to pass on.
+#define SPARSE_ATTN_PARAMS                                                                                \
+    const float* __restrict__ q, const u16* __restrict__ kv_step, const u16* __restrict__ ring,          \
+        const u16* __restrict__ entries, const int* __restrict__ topk_idx, int topk, int kind, int m,     \
+        int W, int maxE, int H, int d, float scale, int chunk, int splits,                                \
+        const int* __restrict__ row_seq, const int* __restrict__ row_pos,                                 \
+        const int* __restrict__ seq_slot, const int* __restrict__ seq_start,                              \
+        const int* __restrict__ seq_row0, float* __restrict__ o_part, float* __restrict__ ml_part
+#define SPARSE_ATTN_ARGS                                                                                  \
+    q, kv_step, ring, entries, topk_idx, topk, kind, m, W, maxE, H, d, scale, chunk, splits, row_seq,    \
+        row_pos, seq_slot, seq_start, seq_row0, o_part, ml_part
 
 // Query row t's candidates: its sequence's cache slot, the first position and row of this
 // step's chunk, its position p (and p mod W), its window rows n_win, and split `split`'s

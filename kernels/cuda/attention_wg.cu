@@ -90,22 +90,11 @@ __device__ __forceinline__ u32 sw128(int r, int j) { return (u32)(r * 128 + ((j 
 
 #endif
 
-#define AWG_PARAMS                                                                                  \
-    const float *__restrict__ q, const u16 *__restrict__ kv_step, const u16 *__restrict__ ring,     \
-        const u16 *__restrict__ entries, const int *__restrict__ topk_idx, int topk, int kind, int m, \
-        int W, int maxE, int H, int d, float scale, int chunk, int splits,                          \
-        const int *__restrict__ row_seq, const int *__restrict__ row_pos,                           \
-        const int *__restrict__ seq_slot, const int *__restrict__ seq_start,                        \
-        const int *__restrict__ seq_row0, float *__restrict__ o_part, float *__restrict__ ml_part
-#define AWG_ARGS                                                                                     \
-    q, kv_step, ring, entries, topk_idx, topk, kind, m, W, maxE, H, d, scale, chunk, splits, row_seq, \
-        row_pos, seq_slot, seq_start, seq_row0, o_part, ml_part
-
 // QIMG: q holds `q_prep`'s image (per head its bf16 hi part, then its lo part, 2·d bytes each)
 // instead of f32 rows: the block copies it into place (`cp.async`, no registers, no
 // conversion) alongside the first tile.
 template <bool QIMG>
-__device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
+__device__ __forceinline__ void sparse_attn_wg_body(SPARSE_ATTN_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) u8 smem_raw[];
     // The swizzle is a function of address bits 4–9: operands start on 1024-byte boundaries.
@@ -129,10 +118,12 @@ __device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
         return;
     }
     if (QIMG) {
-        // 16-byte piece i: part i / 4096 (hi, lo), head (i / 64) % 64, piece i % 64 of its row
-        // (chunk / 8, piece of the chunk % 8); a warp reads 512 contiguous bytes.
+        // 16-byte piece i: part i / (HG · RP) (hi, lo), head (i / RP) % HG, piece k = i % RP of
+        // its row (chunk k / 8, piece k % 8 of the chunk); a warp reads 512 contiguous bytes.
+        constexpr int RP = AWG_D * 2 / 16;  // 16-byte pieces per part of a head
+        static_assert(RP == 64 && AWG_HG * RP == 4096, "the piece index's shifts and masks");
         const u8* src = reinterpret_cast<const u8*>(q + ((i64)t * H + h0) * AWG_D);
-        for (int i = tid; i < 2 * AWG_HG * (AWG_D / 8); i += AWG_THREADS) {
+        for (int i = tid; i < 2 * AWG_HG * RP; i += AWG_THREADS) {
             const int part = i >> 12, h = (i >> 6) & (AWG_HG - 1), k = i & 63;
             cp_async16((part ? ql : qh) + (k >> 3) * (AWG_HG * 128) + sw128(h, k & 7),
                        src + (i64)h * (AWG_D * 4) + part * (AWG_D * 2) + k * 16);
@@ -317,12 +308,12 @@ __device__ __forceinline__ void sparse_attn_wg_body(AWG_PARAMS) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(AWG_PARAMS) {
+extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg(SPARSE_ATTN_PARAMS) {
     pdl_enter();
-    sparse_attn_wg_body<false>(AWG_ARGS);
+    sparse_attn_wg_body<false>(SPARSE_ATTN_ARGS);
 }
 // The same on q's image (`q_prep` with image = 1).
-extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg_qi(AWG_PARAMS) {
+extern "C" __global__ void __launch_bounds__(AWG_THREADS, 1) sparse_attn_wg_qi(SPARSE_ATTN_PARAMS) {
     pdl_enter();
-    sparse_attn_wg_body<true>(AWG_ARGS);
+    sparse_attn_wg_body<true>(SPARSE_ATTN_ARGS);
 }
