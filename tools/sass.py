@@ -33,7 +33,8 @@ LINEAR_HEADERS = ["linear_formats.cuh", "linear_shared.cuh"]
 HEADERS = {"linear": LINEAR_HEADERS + ["linear_core.cuh", "linear_persist.cuh", "linear_experts.cuh",
                                         "linear_router.cuh"],
            "linear_stream": LINEAR_HEADERS, "linear_gemm": LINEAR_HEADERS,
-           "attention": ["attention_shared.cuh"], "attention_wg": ["attention_shared.cuh"]}
+           "linear_wg": LINEAR_HEADERS + ["wgmma.cuh"],
+           "attention": ["attention_shared.cuh"], "attention_wg": ["attention_shared.cuh", "wgmma.cuh"]}
 ALU = {"LOP3", "PRMT", "SHF", "LEA", "IADD3", "ISETP", "SEL", "FLO", "POPC", "BFE", "BFI", "IABS",
        "IMNMX", "VIMNMX", "PLOP3", "LOP", "SHL", "SHR", "MOV"}
 FMA = {"IMAD", "HMUL2", "HFMA2", "HADD2", "FFMA", "FMUL", "FADD", "VIADD"}

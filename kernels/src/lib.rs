@@ -64,6 +64,15 @@ pub const LINEAR_STREAM: Module = Module {
     headers: LINEAR_HEADERS,
     source: include_str!("../cuda/linear_stream.cu"),
 };
+/// The warpgroup MMAs' descriptors, fences and swizzle (attention_wg.cu, linear_wg.cu).
+const WGMMA: (&str, &str) = ("wgmma.cuh", include_str!("../cuda/wgmma.cuh"));
+/// The FP8 linears on FP8 warpgroup MMAs (sm_90, compiled as sm_90a), with activations
+/// quantized per 1×128 group as the reference's FP8 GEMM.
+pub const LINEAR_WG: Module = Module {
+    name: "linear_wg",
+    headers: &[LINEAR_HEADERS[0], LINEAR_HEADERS[1], WGMMA],
+    source: include_str!("../cuda/linear_wg.cu"),
+};
 /// The tiled GEMM for many tokens.
 pub const LINEAR_GEMM: Module = Module {
     name: "linear_gemm",
@@ -81,6 +90,7 @@ const ATTENTION_SHARED: &[(&str, &str)] = &[(
     "attention_shared.cuh",
     include_str!("../cuda/attention_shared.cuh"),
 )];
+const ATTENTION_WG_HEADERS: &[(&str, &str)] = &[ATTENTION_SHARED[0], WGMMA];
 pub const ATTENTION: Module = Module {
     name: "attention",
     headers: ATTENTION_SHARED,
@@ -89,7 +99,7 @@ pub const ATTENTION: Module = Module {
 /// The sparse decode attention on warpgroup MMAs (sm_90, compiled as sm_90a).
 pub const ATTENTION_WG: Module = Module {
     name: "attention_wg",
-    headers: ATTENTION_SHARED,
+    headers: ATTENTION_WG_HEADERS,
     source: include_str!("../cuda/attention_wg.cu"),
 };
 /// The lightning indexer's scores and top-k.
@@ -115,9 +125,10 @@ pub const UTIL: Module = Module {
 };
 
 /// Every module, in load order.
-pub const MODULES: [Module; 10] = [
+pub const MODULES: [Module; 11] = [
     LINEAR,
     LINEAR_STREAM,
+    LINEAR_WG,
     LINEAR_GEMM,
     MHC,
     ATTENTION,
@@ -169,6 +180,17 @@ pub mod linear {
     pub fn gemm_smem(format: &str, tokens: usize) -> usize {
         let wld = if format.starts_with("fp8") { 96 } else { 192 };
         GEMM_STAGES * (gemm_rows(format, tokens) * wld + tokens * 192)
+    }
+    /// The FP8 warpgroup-MMA linear (linear_wg.cu): weight rows per tile, stages in its ring
+    /// (64 rows × 128 columns, 8 KiB each), threads per block.
+    pub const WG_ROWS: usize = 64;
+    pub const WG_STAGES: usize = 8;
+    pub const WG_THREADS: usize = 128;
+    /// Dynamic shared memory of a `linear_wg` block for `tokens` (its N) and `kc` columns per
+    /// K split: the ring, the quantized activations and their scales, and up to 1024 bytes to
+    /// align the base.
+    pub fn wg_smem(tokens: usize, kc: usize) -> usize {
+        1024 + WG_STAGES * WG_ROWS * 128 + tokens * kc + tokens * (kc / 128) * 4
     }
     /// Warps of a streamed-kernel block, each with its own ring.
     pub const STREAM_WARPS: usize = 8;
@@ -377,6 +399,7 @@ pub fn all_entries() -> Vec<(&'static str, String)> {
         (LINEAR, linear_entries()),
         (LINEAR_STREAM, stream_entries()),
         (LINEAR_GEMM, gemm_entries()),
+        (LINEAR_WG, linear_wg_entries()),
     ] {
         v.extend(names.into_iter().map(|n| (m.name, n)));
     }

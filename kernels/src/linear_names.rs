@@ -74,6 +74,18 @@ pub fn stream_raw_entry(format: &str, tiles: usize) -> String {
     format!("stream_linear_raw_{format}_nt{tiles}")
 }
 
+/// Formats of the FP8 warpgroup-MMA linear (`linear_wg_{format}_n{tokens}`, linear_wg.cu).
+pub const LINEAR_WG_FORMATS: [&str; 3] = ["fp8b_e8m0", "fp8b_f32", "fp8t"];
+
+/// Token columns (the MMA's N) the FP8 warpgroup-MMA linear is instantiated for.
+pub const LINEAR_WG_TOKENS: [usize; 3] = [8, 16, 32];
+
+/// The FP8 warpgroup-MMA linear of `format` for up to `tokens` tokens (one of
+/// [`LINEAR_WG_TOKENS`]).
+pub fn linear_wg_entry(format: &str, tokens: usize) -> String {
+    format!("linear_wg_{format}_n{tokens}")
+}
+
 /// Formats of the tiled GEMM (`gemm_*`: many tokens, decode batches beyond 32 and prefill).
 pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
 
@@ -135,6 +147,13 @@ pub fn stream_entries() -> Vec<String> {
 }
 
 /// The macro-generated entry names of linear_gemm.cu: `gemm_{format}_m{tokens}`.
+pub fn linear_wg_entries() -> Vec<String> {
+    LINEAR_WG_FORMATS
+        .iter()
+        .flat_map(|f| LINEAR_WG_TOKENS.iter().map(move |&n| linear_wg_entry(f, n)))
+        .collect()
+}
+
 pub fn gemm_entries() -> Vec<String> {
     GEMM_FORMATS
         .iter()

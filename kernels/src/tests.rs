@@ -108,6 +108,19 @@ fn stream_and_gemm_macros_match_their_entry_lists() {
         );
     }
     assert_eq!(gemm_entries().len(), GEMM_FORMATS.len() * GEMM_TOKENS.len());
+    check_format_macros(LINEAR_WG, "LWG_FORMAT", &LINEAR_WG_FORMATS);
+    for n in LINEAR_WG_TOKENS {
+        assert!(
+            LINEAR_WG
+                .source
+                .contains(&format!("LWG_ENTRY(NAME, FMT, {n})"))
+        );
+    }
+    assert!(LINEAR_WG.source.contains("linear_wg_##NAME##_n##NB("));
+    assert_eq!(
+        linear_wg_entries().len(),
+        LINEAR_WG_FORMATS.len() * LINEAR_WG_TOKENS.len()
+    );
 }
 
 #[test]
@@ -141,6 +154,9 @@ fn constants_match_the_sources() {
         (ATTENTION.source, "#define ATT_NBUF", attention::KV_BUFFERS),
         (ATTENTION.source, "#define ATT_SLD", attention::SCORE_LD),
         (ATTENTION_WG.source, "#define AWG_HG", attention::WG_HEADS),
+        (LINEAR_WG.source, "#define LWG_ROWS", linear::WG_ROWS),
+        (LINEAR_WG.source, "#define LWG_STAGES", linear::WG_STAGES),
+        (LINEAR_WG.source, "#define LWG_THREADS", linear::WG_THREADS),
         (ATTENTION_WG.source, "#define AWG_D", attention::WG_HEAD_DIM),
         (
             ATTENTION_WG.source,

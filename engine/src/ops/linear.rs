@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use crate::checkpoint::{Dtype, TensorRef};
 use crate::error::{EngineError, Result};
-use crate::quant::{Format, QuantWeight};
+use crate::quant::{Format, QuantWeight, act};
 use crate::tensor::{Mat, dot};
 
 /// Rows of W dequantized together; sized so a tile of a 4096-wide row stays in L2.
@@ -209,6 +209,23 @@ impl Linear {
         if let Some(o) = &self.observer {
             o.record(&x.data);
         }
+        // FP8 weights with the reference's FP8 activations on (quant/act.rs): the GEMM's
+        // operands are the activations quantized per token in groups of 128 columns.
+        let quantized;
+        let x = if act::fp8_act()
+            && matches!(
+                self.data.format(),
+                Format::Fp8BlockE8m0 | Format::Fp8BlockF32 | Format::Fp8Tensor
+            ) {
+            let mut q = x.clone();
+            for ti in 0..t {
+                act::quantize_groups(q.row_mut(ti));
+            }
+            quantized = q;
+            &quantized
+        } else {
+            x
+        };
         let tiles: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(TILE_ROWS))
             .into_par_iter()
             .map_init(Vec::new, |buf, tile| {

@@ -4,6 +4,7 @@
 //! resolution, and loading a linear module in whichever format the checkpoint stores. Every
 //! format here has a CPU reference dequantizer; quantizers use the scale rounding the spec gives.
 
+pub mod act;
 pub mod config;
 pub mod e2m1;
 pub mod e4m3;

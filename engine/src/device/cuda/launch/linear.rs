@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result};
 
 use super::super::gpu::{Args, Gpu, Launch};
 use super::super::weights::GLinear;
-use super::{gemm, stream};
+use super::{gemm, linear_wg, stream};
 
 /// 8 warps × 128 floats × tiles: the cross-warp reduction buffer of linear.cu.
 pub(super) fn lin_smem(nt: usize) -> usize {
@@ -41,6 +41,9 @@ pub fn linear(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
+    if linear_wg::wg_applies(gpu, w, m, ldx, x) {
+        return linear_wg::linear_wg(gpu, w, x, ldx, y, ldy, m, out_bf16);
+    }
     if gemm::gemm_applies(w, m, ldx, x) {
         return gemm::gemm(gpu, w, x, ldx, y, ldy, m, out_bf16);
     }

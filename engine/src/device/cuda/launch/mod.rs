@@ -11,6 +11,7 @@ use super::gpu::{Args, Gpu, Launch};
 mod attention;
 pub mod gemm;
 mod linear;
+pub mod linear_wg;
 mod mhc;
 pub(crate) mod moe;
 pub mod stream;

@@ -389,5 +389,6 @@ fn router_linear_takes_f32_inputs() {
 }
 
 mod attention;
+mod linear_wg;
 mod moe;
 mod rest;

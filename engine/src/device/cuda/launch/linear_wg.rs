@@ -1,0 +1,140 @@
+//! The FP8 linear on FP8 warpgroup MMAs (`linear_wg_*`, linear_wg.cu): the reference's FP8
+//! GEMM with the activations quantized per 1×128 group (`quant/act.rs`), for up to 32 tokens
+//! on sm_90 when `AMDAHL_FP8_ACT=1`.
+
+use amdahl_kernels::linear::{WG_ROWS, WG_THREADS, wg_smem};
+use amdahl_kernels::{LINEAR_WG_FORMATS, LINEAR_WG_TOKENS, linear_wg_entry};
+
+use crate::error::Result;
+use crate::quant::act;
+
+use super::super::gpu::{Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES};
+use super::super::weights::GLinear;
+
+/// Bytes of quantized activations a block may hold (tokens × columns of its K split).
+const X_BYTES: usize = 32 << 10;
+/// Blocks of `linear_wg` one SM holds (its shared memory: the 64-KiB ring and up to 32 KiB of
+/// activations).
+const BLOCKS_PER_SM: usize = 2;
+
+/// Whether `linear_wg` computes `w` for `m` tokens from x rows of `ldx` at `x`: the mode on,
+/// an sm_90 GPU (the kernel is sm_90a code; elsewhere its body is empty), an FP8 format, 1–64
+/// tokens (its largest instantiation; at 64 tokens a split's activations would not fit beside
+/// the ring), K a multiple of 128, 16-byte-aligned x rows.
+pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
+    act::fp8_act()
+        && gpu.info.compute_capability == (9, 0)
+        && LINEAR_WG_FORMATS.contains(&w.fmt.name())
+        && (1..=32).contains(&m)
+        && w.cols.is_multiple_of(128)
+        && ldx.is_multiple_of(8)
+        && x.is_multiple_of(16)
+}
+
+/// The launch of `linear_wg` for `w` at `m` tokens on `sms` SMs: (token columns, K splits,
+/// columns per split, row-tile blocks per split and matrix).
+pub fn wg_geometry(w: &GLinear, m: usize, sms: usize) -> (usize, usize, usize, usize) {
+    geometry_of(w.rows, w.cols, w.experts.max(1), m, sms)
+}
+
+/// [`wg_geometry`] of `mats` matrices of `rows` × `cols`. The split count has the least
+/// modelled time, waves × (1/ks of a tile's columns + a tenth for a block's start, its
+/// activations' quantization and the split's partial tile), among those whose activations fit
+/// X_BYTES and whose partial tiles fit the split workspace; blocks past one wave loop over
+/// row tiles.
+fn geometry_of(
+    rows: usize,
+    cols: usize,
+    mats: usize,
+    m: usize,
+    sms: usize,
+) -> (usize, usize, usize, usize) {
+    let nb = LINEAR_WG_TOKENS.into_iter().find(|&n| n >= m).unwrap_or(32);
+    let tiles = rows.div_ceil(WG_ROWS);
+    let kbs = cols / 128;
+    let slots = BLOCKS_PER_SM * sms;
+    let fits = |ks: usize| {
+        let kc = kbs.div_ceil(ks) * 128;
+        nb * kc <= X_BYTES
+            && (ks == 1
+                || (tiles * mats <= SPLIT_COUNTERS
+                    && tiles * mats * ks * WG_ROWS * nb * 4 <= SPLIT_PARTIAL_BYTES))
+    };
+    let cost = |ks: usize| (tiles * mats * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.1);
+    let ks = (1..=kbs.clamp(1, 32))
+        .filter(|&ks| fits(ks))
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .unwrap_or(kbs.max(1));
+    // As many splits as the columns per split leave non-empty.
+    let per = kbs.div_ceil(ks).max(1);
+    let ks = kbs.div_ceil(per).max(1);
+    let per_block = (tiles * mats * ks).div_ceil(slots).max(1);
+    (nb, ks, per * 128, tiles.div_ceil(per_block))
+}
+
+/// `y = x · Wᵀ` by `linear_wg` (see [`super::linear`] for the operands).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_wg(
+    gpu: &Gpu,
+    w: &GLinear,
+    x: u64,
+    ldx: usize,
+    y: u64,
+    ldy: usize,
+    m: usize,
+    out_bf16: bool,
+) -> Result<u64> {
+    let (nb, ks, kc, gx) = wg_geometry(w, m, gpu.info.sms);
+    let (ws, cnt) = gpu.split_ws();
+    let l = Launch::new((gx, ks, w.experts.max(1)), WG_THREADS, wg_smem(nb, kc));
+    let mut a = Args::new();
+    a.raw(&w.desc().as_bytes())
+        .ptr(x)
+        .usize(ldx)
+        .ptr(y)
+        .usize(ldy)
+        .usize(m)
+        .usize(w.rows)
+        .usize(w.cols)
+        .i32(out_bf16 as i32)
+        .usize(kc)
+        .ptr(ws)
+        .ptr(cnt);
+    gpu.launch_named(&linear_wg_entry(w.fmt.name(), nb), l, &mut a)?;
+    Ok(l.blocks())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::geometry_of;
+
+    #[test]
+    fn geometry_fills_the_gpu_within_the_shared_memory() {
+        // V4-Flash's linears on 132 SMs (264 block slots), 16 tokens.
+        // wq_b (32768 × 1024): no split, 512 tiles, 2 per block.
+        assert_eq!(geometry_of(32768, 1024, 1, 16, 132), (16, 1, 1024, 256));
+        // wo_a (8 groups of 1024 × 4096): 128 tiles in 2 splits of 2048 columns (32 KiB of x).
+        assert_eq!(geometry_of(1024, 4096, 8, 16, 132), (16, 2, 2048, 16));
+        // wo_b (4096 × 8192): 64 tiles in 4 splits, one wave.
+        assert_eq!(geometry_of(4096, 8192, 1, 16, 132), (16, 4, 2048, 64));
+        // wkv (512 × 4096): 8 tiles split to a k-block each.
+        assert_eq!(geometry_of(512, 4096, 1, 16, 132), (16, 32, 128, 8));
+        // 32 tokens: 1024 columns per split at most (32 KiB of x).
+        assert_eq!(geometry_of(32768, 1024, 1, 32, 132), (32, 1, 1024, 256));
+        assert_eq!(geometry_of(1024, 4096, 8, 32, 132).2, 1024);
+        // One token takes the 8-column instantiation.
+        assert_eq!(geometry_of(32768, 1024, 1, 1, 132).0, 8);
+        // Every split is non-empty and covers K.
+        for cols in [128, 384, 1024, 4096, 8192, 7168] {
+            for m in [1, 9, 17, 32] {
+                let (nb, ks, kc, gx) = geometry_of(4096, cols, 1, m, 132);
+                assert!(nb >= m && nb * kc <= 32 << 10, "{cols} {m}");
+                assert!(
+                    (ks - 1) * kc < cols && ks * kc >= cols,
+                    "{cols} {m}: {ks} × {kc}"
+                );
+                assert!((1..=64).contains(&gx));
+            }
+        }
+    }
+}
