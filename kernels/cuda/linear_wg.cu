@@ -216,3 +216,45 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
 LWG_FORMAT(fp8b_e8m0, FMT_FP8B_E8M0)
 LWG_FORMAT(fp8b_f32, FMT_FP8B_F32)
 LWG_FORMAT(fp8t, FMT_FP8T)
+
+// The FP8 activations of linear_wg for every other kernel that multiplies FP8 weights
+// (launch/linear_wg.rs `fp8_rows`): rows [0, M) of x (columns [0, W), ld ldx) to out (ld W) as
+// the bf16 values e4m3(x / s) · s (exact in bf16), groups of 128 columns restarting at every
+// multiple of seg (a grouped linear's matrices). Block: 4 warps, a warp per (row, group) with 4
+// columns per lane; grid (⌈groups per row / 4⌉, M). Portable: the e4m3 rounding by scaling, not
+// by the sm_89+ convert (both round to nearest even; the GPU tests check both against the CPU).
+__device__ __forceinline__ float e4m3_round(float v) {
+    const float a = fabsf(v);
+    const int e = max((int)((__float_as_uint(a) >> 23) & 0xff) - 127, -6);  // subnormals: 2^-9 steps
+    const float up = __uint_as_float((u32)(130 - e) << 23), step = __uint_as_float((u32)(e + 124) << 23);
+    return copysignf(fminf(rintf(a * up) * step, 448.f), v);
+}
+
+extern "C" __global__ void __launch_bounds__(128) act_quant_rows(const u16* __restrict__ x, int ldx, int M, int W,
+                                                                int seg, u16* __restrict__ out) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31, m = blockIdx.y;
+    const int per_seg = (seg + 127) / 128;
+    const int gi = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (m >= M || gi >= per_seg * (W / seg)) return;
+    const int c0 = (gi / per_seg) * seg + (gi % per_seg) * 128;
+    const int c1 = min(c0 + 128, (gi / per_seg + 1) * seg);
+    float v[4];
+    float a = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = c0 + lane * 4 + i;
+        v[i] = c < c1 ? bf2f(x[(i64)m * ldx + c]) : 0.f;
+        a = fmaxf(a, fabsf(v[i]));
+    }
+    a = warp_max(a);
+    // As lwg_quant_x: s = 2^e, e the exponent of max(a, 1e-4) / 448 rounded up.
+    const u32 sb = __float_as_uint(fmaxf(a, 1e-4f) / 448.f);
+    const u32 ex = (sb >> 23) + ((sb & 0x7fffffu) != 0u);
+    const float s = __uint_as_float(ex << 23), inv = __uint_as_float((254u - ex) << 23);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = c0 + lane * 4 + i;
+        if (c < c1) out[(i64)m * W + c] = f2bf(e4m3_round(v[i] * inv) * s);
+    }
+}

@@ -383,7 +383,7 @@ pub mod util {
 
 /// Every hand-written (not macro-generated) entry point.
 pub fn named_entries() -> Vec<Entry> {
-    let mut v = vec![GEMM_REDUCE, GEMM_SWIGLU];
+    let mut v = vec![GEMM_REDUCE, GEMM_SWIGLU, ACT_QUANT_ROWS];
     v.extend(mhc::ALL);
     v.extend(attention::ALL);
     v.extend(moe::ALL);

@@ -93,6 +93,10 @@ pub const GEMM_FORMATS: [&str; 4] = ["bf16", "fp8b_e8m0", "fp8b_f32", "fp8t"];
 pub const GEMM_TOKENS: [usize; 2] = [64, 128];
 
 /// The split tiled GEMM's ordered sum of partial tiles.
+/// The FP8 activations (e4m3 per 1×128 group, as bf16 values) for the kernels that multiply
+/// FP8 weights by bf16 activations (linear_wg.cu).
+pub const ACT_QUANT_ROWS: Entry = e("linear_wg", "act_quant_rows");
+
 pub const GEMM_REDUCE: Entry = e("linear_gemm", "gemm_reduce");
 
 /// The shared expert's SwiGLU after its paired GEMM.

@@ -91,7 +91,14 @@ pub struct Gpu {
     /// counter).
     split_ws: Option<DevBuf>,
     side_ws: Option<DevBuf>,
+    /// Scratch of the FP8 activations (`AMDAHL_FP8_ACT=1`, launch/linear_wg.rs `fp8_rows`):
+    /// [`ACT_WS_BYTES`] for the main stream, then as many for the side stream.
+    act_ws: Option<DevBuf>,
 }
+
+/// Bytes of quantized activations one stream's scratch holds: a 2048-token prefill chunk of
+/// V4-Flash's 4096-wide hidden state (dense linears past it run in row chunks).
+pub const ACT_WS_BYTES: usize = 16 << 20;
 
 /// Bytes of split-K partial tiles the decode kernels may use, and tile counters, in
 /// [`Gpu::split_ws`]; the tiled GEMM's partial tiles may use the whole buffer ([`SPLIT_WS_BYTES`]:
@@ -233,12 +240,14 @@ impl Gpu {
             funcs,
             split_ws: None,
             side_ws: None,
+            act_ws: None,
         };
         let ws = gpu.zeros(SPLIT_WS_BYTES + (SPLIT_COUNTERS + WORK_COUNTERS) * 4)?;
         let side_ws = gpu.zeros(SPLIT_WS_BYTES + (SPLIT_COUNTERS + WORK_COUNTERS) * 4)?;
         gpu.sync()?;
         gpu.split_ws = Some(ws);
         gpu.side_ws = Some(side_ws);
+        gpu.act_ws = Some(gpu.alloc(2 * ACT_WS_BYTES)?);
         Ok(gpu)
     }
 
@@ -252,6 +261,16 @@ impl Gpu {
         };
         let p = ws.as_ref().map_or(0, DevBuf::ptr);
         (p, p + SPLIT_WS_BYTES as u64)
+    }
+
+    /// The FP8 activation scratch of the stream launches go to ([`ACT_WS_BYTES`]).
+    pub fn act_ws(&self) -> u64 {
+        let p = self.act_ws.as_ref().map_or(0, DevBuf::ptr);
+        if self.on_side.load(Ordering::Relaxed) {
+            p + ACT_WS_BYTES as u64
+        } else {
+            p
+        }
     }
 
     /// The [`WORK_COUNTERS`] zeroed words of the stream launches go to (each kernel that uses a

@@ -44,6 +44,36 @@ pub fn linear(
     if linear_wg::wg_applies(gpu, w, m, ldx, x) {
         return linear_wg::linear_wg(gpu, w, x, ldx, y, ldy, m, out_bf16);
     }
+    if linear_wg::quantizes(w.fmt) {
+        // The FP8 activations for the kernels below, in row chunks that fit the scratch.
+        let width = w.cols * w.experts.max(1);
+        let chunk = linear_wg::scratch_rows(width).max(1);
+        let ybytes = if out_bf16 { 2 } else { 4 };
+        let mut blocks = 0;
+        for r0 in (0..m).step_by(chunk) {
+            let mc = chunk.min(m - r0);
+            let xr = x + (r0 * ldx * 2) as u64;
+            let (xq, ldq) = linear_wg::fp8_rows(gpu, w.fmt, xr, ldx, mc, width, w.cols)?;
+            let yr = y + (r0 * ldy * ybytes) as u64;
+            blocks += linear_bf16x(gpu, w, xq, ldq, yr, ldy, mc, out_bf16)?;
+        }
+        return Ok(blocks);
+    }
+    linear_bf16x(gpu, w, x, ldx, y, ldy, m, out_bf16)
+}
+
+/// [`linear`] on the activations as given (bf16 values; FP8 weights decoded to bf16).
+#[allow(clippy::too_many_arguments)]
+fn linear_bf16x(
+    gpu: &Gpu,
+    w: &GLinear,
+    x: u64,
+    ldx: usize,
+    y: u64,
+    ldy: usize,
+    m: usize,
+    out_bf16: bool,
+) -> Result<u64> {
     if gemm::gemm_applies(w, m, ldx, x) {
         return gemm::gemm(gpu, w, x, ldx, y, ldy, m, out_bf16);
     }

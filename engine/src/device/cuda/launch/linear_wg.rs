@@ -5,17 +5,66 @@
 use amdahl_kernels::linear::{WG_ROWS, WG_THREADS, wg_smem};
 use amdahl_kernels::{LINEAR_WG_FORMATS, LINEAR_WG_TOKENS, linear_wg_entry};
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::quant::act;
 
-use super::super::gpu::{Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES};
-use super::super::weights::GLinear;
+use super::super::gpu::{ACT_WS_BYTES, Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES};
+use super::super::weights::{Fmt, GLinear};
 
 /// Bytes of quantized activations a block may hold (tokens × columns of its K split).
 const X_BYTES: usize = 32 << 10;
 /// Blocks of `linear_wg` one SM holds (its shared memory: the 64-KiB ring and up to 32 KiB of
 /// activations).
 const BLOCKS_PER_SM: usize = 2;
+
+/// Whether the FP8 activations apply to weights of `fmt`: the mode on and an FP8 format.
+pub fn quantizes(fmt: Fmt) -> bool {
+    act::fp8_act() && LINEAR_WG_FORMATS.contains(&fmt.name())
+}
+
+/// Rows of `width` bf16 columns the activation scratch holds.
+pub fn scratch_rows(width: usize) -> usize {
+    ACT_WS_BYTES / (2 * width.max(1))
+}
+
+/// The activations an FP8 weight of `fmt` multiplies, for kernels that take bf16 activations:
+/// with the FP8 activations on, rows [0, rows) × columns [0, width) of x (ld `ldx`) quantized
+/// per 1×128 group (groups restart every `seg` columns: a grouped linear's matrices) into the
+/// stream's scratch, returned with its ld (`width`); otherwise x and `ldx` as they are.
+pub fn fp8_rows(
+    gpu: &Gpu,
+    fmt: Fmt,
+    x: u64,
+    ldx: usize,
+    rows: usize,
+    width: usize,
+    seg: usize,
+) -> Result<(u64, usize)> {
+    if !quantizes(fmt) || rows == 0 {
+        return Ok((x, ldx));
+    }
+    if rows > scratch_rows(width) || !width.is_multiple_of(seg) {
+        return Err(EngineError::Device(format!(
+            "AMDAHL_FP8_ACT=1: {rows} rows of {width} activations (groups every {seg}) do not fit \
+             the {} MiB activation scratch; use a smaller prefill chunk or AMDAHL_FP8_ACT=0",
+            ACT_WS_BYTES >> 20
+        )));
+    }
+    let groups = seg.div_ceil(128) * (width / seg);
+    let out = gpu.act_ws();
+    gpu.launch(
+        amdahl_kernels::ACT_QUANT_ROWS,
+        Launch::new((groups.div_ceil(4), rows, 1), 128, 0),
+        Args::new()
+            .ptr(x)
+            .usize(ldx)
+            .usize(rows)
+            .usize(width)
+            .usize(seg)
+            .ptr(out),
+    )?;
+    Ok((out, width))
+}
 
 /// Whether `linear_wg` computes `w` for `m` tokens from x rows of `ldx` at `x`: the mode on,
 /// an sm_90 GPU (the kernel is sm_90a code; elsewhere its body is empty), an FP8 format, 1–64

@@ -535,15 +535,8 @@ pub(crate) fn moe_forward(
         {
             // Many tokens: the tiled GEMM for both up projections in one launch into sh_y (free
             // until the down projection, [t, 2·inter] ≤ [t, d]), the SwiGLU, and the down projection.
-            tm.count(k::gemm::gemm_pair(
-                g,
-                w1,
-                w3,
-                bf.u_bf.ptr(),
-                d,
-                bf.sh_y.ptr(),
-                t,
-            )?);
+            let (xq, ldq) = k::linear_wg::fp8_rows(g, w1.fmt, bf.u_bf.ptr(), d, t, d, d)?;
+            tm.count(k::gemm::gemm_pair(g, w1, w3, xq, ldq, bf.sh_y.ptr(), t)?);
             tm.count(k::gemm::swiglu_rows(
                 g,
                 bf.sh_y.ptr(),
@@ -578,25 +571,21 @@ pub(crate) fn moe_forward(
                 slots: 1,
                 tokens: t,
             };
+            let (xq, ldq) = k::linear_wg::fp8_rows(g, w1.fmt, bf.u_bf.ptr(), d, t, d, d)?;
             tm.count(k::moe_up(
                 g,
                 w1,
                 w3,
-                bf.u_bf.ptr(),
-                d,
+                xq,
+                ldq,
                 sh,
                 bf.sh_tok.ptr(),
                 bf.sh_act.ptr(),
                 m.limit,
             )?);
-            tm.count(k::moe_down(
-                g,
-                w2,
-                bf.sh_act.ptr(),
-                sh,
-                bf.sh_wt.ptr(),
-                bf.sh_y.ptr(),
-            )?);
+            let (aq, _) =
+                k::linear_wg::fp8_rows(g, w2.fmt, bf.sh_act.ptr(), w2.cols, t, w2.cols, w2.cols)?;
+            tm.count(k::moe_down(g, w2, aq, sh, bf.sh_wt.ptr(), bf.sh_y.ptr())?);
             shared = bf.sh_y.ptr();
         }
         if last {
@@ -668,21 +657,25 @@ pub(crate) fn moe_forward(
             (w2.s.as_ref().map_or(0, |b| b.ptr()), w2.s_stride),
         )?;
     }
+    // FP8 experts with the FP8 activations on: their inputs quantized first (quant/act.rs).
+    let (xq, ldq) = k::linear_wg::fp8_rows(g, m.w1.fmt, bf.u_bf.ptr(), d, t, d, d)?;
     tm.count(k::moe_up(
         g,
         &m.w1,
         &m.w3,
-        bf.u_bf.ptr(),
-        d,
+        xq,
+        ldq,
         plan,
         bf.tok_of.ptr(),
         bf.act.ptr(),
         m.limit,
     )?);
+    let (aq, _) =
+        k::linear_wg::fp8_rows(g, m.w2.fmt, bf.act.ptr(), w2.cols, t * kk, w2.cols, w2.cols)?;
     tm.count(k::moe_down(
         g,
         &m.w2,
-        bf.act.ptr(),
+        aq,
         plan,
         bf.wt_of.ptr(),
         bf.y_slot.ptr(),

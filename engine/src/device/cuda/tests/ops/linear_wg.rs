@@ -1,6 +1,8 @@
 //! The FP8 linear on FP8 warpgroup MMAs (`linear_wg`, sm_90) against the CPU linear with the
 //! reference's FP8 activations (`quant/act.rs`): every FP8 format, split and unsplit K, row
-//! counts that are not whole 64-row tiles, more row tiles than blocks, a grouped linear.
+//! counts that are not whole 64-row tiles, more row tiles than blocks, a grouped linear; and
+//! the other kernels on the activations `act_quant_rows` quantizes (33+ tokens, K not a
+//! multiple of 128).
 
 use super::super::{bf16_round, gpu, rel_l2, to_bf16_bits};
 use super::{columns, from_bf16, linear_of, poisoned, randn};
@@ -40,13 +42,16 @@ fn fp8_linears_on_warpgroup_mmas_match_the_cpu_with_fp8_activations() {
         (512, 4096, &["fp8b_e8m0"][..]),
         (200, 256, &["fp8b_e8m0", "fp8t"][..]),
         (32768, 1024, &["fp8b_e8m0"][..]),
+        (256, 200, &["fp8b_e8m0"][..]),
     ] {
         let w = randn(&mut rng, n * kk, 0.02);
         for fmt in fmts {
             let lin = linear_of(fmt, &w, n, kk);
             let gl = crate::device::cuda::weights::GLinear::upload(&g, fmt, &[&lin]).unwrap();
-            for m in [1usize, 5, 16, 32] {
-                assert!(with_fp8_act(|| k::linear_wg::wg_applies(&g, &gl, m, kk, 0)));
+            for m in [1usize, 5, 16, 32, 40] {
+                let wg = with_fp8_act(|| k::linear_wg::wg_applies(&g, &gl, m, kk, 0));
+                assert_eq!(wg, m <= 32 && kk % 128 == 0, "{fmt} {n}x{kk} m={m}");
+                // (tokens, splits, columns per split, blocks per split)
                 let geo = k::linear_wg::wg_geometry(&gl, m, g.info.sms);
                 let x = bf16_round(&randn(&mut rng, m * kk, 1.0));
                 let xm = Mat::from_vec(m, kk, x.clone());
@@ -60,9 +65,14 @@ fn fp8_linears_on_warpgroup_mmas_match_the_cpu_with_fp8_activations() {
                 // Against the CPU with bf16 activations the error is e4m3's (~2-3%): the
                 // kernel quantized its activations as the CPU did, not merely ran.
                 let e_bf16 = rel_l2(&got, &bf16_x.data);
+                let path = if wg {
+                    format!("linear_wg {geo:?}")
+                } else {
+                    "act_quant_rows".into()
+                };
                 println!(
-                    "linear_wg {fmt} {n}x{kk} m={m} (tokens, splits, cols, blocks) {geo:?}: \
-                     rel l2 {e:.2e} (against bf16 activations {e_bf16:.2e})"
+                    "{fmt} {n}x{kk} m={m} on {path}: rel l2 {e:.2e} (against bf16 activations \
+                     {e_bf16:.2e})"
                 );
                 assert!(e <= TOL, "linear_wg {fmt} {n}x{kk} m={m}: {e:.3e}");
                 assert!(e_bf16 > 20.0 * e, "{fmt} {n}x{kk} m={m}: {e_bf16:.2e}");
