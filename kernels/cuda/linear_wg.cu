@@ -8,7 +8,8 @@
 // code to bf16 first (24 instructions per m16n8k16 MMA; a 32-MB linear ran at ~1.5–1.6 TB/s).
 //
 // Block (row tiles, K split ky, matrix e), one warpgroup: it quantizes its K share of the
-// activations into shared memory once, then streams 64-row × 128-column weight stages (8 KiB)
+// activations into shared memory during its first tile (each k-block loaded a stage ahead), and
+// streams 64-row × 128-column weight stages (8 KiB)
 // of its row tiles blockIdx.x, blockIdx.x + gridDim.x, … through a ring of LWG_STAGES by
 // `cp.async`. Per stage: four m64nNBk32 MMAs into a partial, whose f32 values are added to the
 // tile's accumulators times s_x · s_w once per 128 columns. Split K (gridDim.y > 1): partial
@@ -53,26 +54,48 @@ __device__ __forceinline__ u32 e4m3x2(float lo, float hi) {
     return r;
 }
 
-// The activations of rows [0, M) (zeros for rows M..NB), columns [k_lo, k_lo + 128·kbn), as
-// e4m3 codes in the 128-byte swizzle (k-block b: NB rows of 128 bytes at xq + b·NB·128) and
-// their scales xs[b·NB + m]. A warp per (row, k-block) group: 4 columns per lane.
+// k-block b of the activations (rows [0, M), zeros for rows M..NB; columns k0 + 128·b …) in
+// registers: per round r (of NB / 8), a half-warp holds row 8r + 2·warp + half, 8 columns per
+// lane (16 bytes). Loaded one stage before `lwg_quant_kb` needs them, so their latency hides
+// behind the stage's wait and MMAs.
 template <int NB>
-__device__ __forceinline__ void lwg_quant_x(const u16* __restrict__ x, int ldx, int M, int k_lo, int kbn,
-                                            u8* xq, float* xs) {
+__device__ __forceinline__ void lwg_load_kb(const u16* __restrict__ x, int ldx, int M, int k0, uint4 (&v)[NB / 8]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int gi = warp; gi < NB * kbn; gi += LWG_THREADS / 32) {
-        const int m = gi % NB, b = gi / NB;
-        uint2 v = make_uint2(0, 0);
-        if (m < M) v = *reinterpret_cast<const uint2*>(x + (i64)m * ldx + k_lo + b * 128 + lane * 4);
-        const float f0 = bf_lo(v.x), f1 = bf_hi(v.x), f2 = bf_lo(v.y), f3 = bf_hi(v.y);
-        const float a = warp_max(fmaxf(fmaxf(fabsf(f0), fabsf(f1)), fmaxf(fabsf(f2), fabsf(f3))));
-        // s = 2^e with e the exponent of max(a, 1e-4) / 448 rounded up (engine/src/quant/act.rs).
+#pragma unroll
+    for (int r = 0; r < NB / 8; r++) {
+        const int m = 8 * r + 2 * warp + (lane >> 4);
+        v[r] = make_uint4(0, 0, 0, 0);
+        if (m < M) v[r] = *reinterpret_cast<const uint4*>(x + (i64)m * ldx + k0 + (lane & 15) * 8);
+    }
+}
+
+// The loaded k-block b as e4m3 codes in the 128-byte swizzle (k-block b: NB rows of 128 bytes
+// at xq + b·NB·128) and its per-row scales xs[b·NB + m]: a half-warp's 128 columns are one
+// group, s = 2^e with e the exponent of max(amax, 1e-4) / 448 rounded up (quant/act.rs).
+template <int NB>
+__device__ __forceinline__ void lwg_quant_kb(const uint4 (&v)[NB / 8], int M, int b, u8* xq, float* xs) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hl = lane & 15;
+#pragma unroll
+    for (int r = 0; r < NB / 8; r++) {
+        const int m = 8 * r + 2 * warp + (lane >> 4);
+        const u32 w[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
+        float f[8], a = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = bf_lo(w[i]);
+            f[2 * i + 1] = bf_hi(w[i]);
+            a = fmaxf(a, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
         const u32 sb = __float_as_uint(fmaxf(a, 1e-4f) / 448.f);
         const u32 ex = (sb >> 23) + ((sb & 0x7fffffu) != 0u);
         const float inv = __uint_as_float((254u - ex) << 23);
-        const u32 q = e4m3x2(f0 * inv, f1 * inv) | (e4m3x2(f2 * inv, f3 * inv) << 16);
-        *reinterpret_cast<u32*>(xq + b * (NB * 128) + sw128(m, lane >> 2) + (lane & 3) * 4) = q;
-        if (lane == 0) xs[b * NB + m] = m < M ? __uint_as_float(ex << 23) : 0.f;
+        uint2 q;
+        q.x = e4m3x2(f[0] * inv, f[1] * inv) | (e4m3x2(f[2] * inv, f[3] * inv) << 16);
+        q.y = e4m3x2(f[4] * inv, f[5] * inv) | (e4m3x2(f[6] * inv, f[7] * inv) << 16);
+        *reinterpret_cast<uint2*>(xq + b * (NB * 128) + sw128(m, hl >> 1) + (hl & 1) * 8) = q;
+        if (hl == 0) xs[b * NB + m] = m < M ? __uint_as_float(ex << 23) : 0.f;
     }
 }
 
@@ -123,7 +146,11 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
         cp_async_commit();
     };
     for (int q = 0; q < LWG_STAGES - 1; q++) issue(q);
-    lwg_quant_x<NB>(x + (i64)e * K, ldx, M, k_lo, kbn, xq, xs);
+    // The activations are quantized k-block by k-block during the first tile, each loaded one
+    // stage ahead.
+    x += (i64)e * K + k_lo;
+    uint4 xv[NB / 8];
+    if (total > 0) lwg_load_kb<NB>(x, ldx, M, 0, xv);
     y = out_bf16 ? (void*)(reinterpret_cast<u16*>(y) + (i64)e * N) : (void*)(reinterpret_cast<float*>(y) + (i64)e * N);
     const float post = FMT == FMT_FP8T ? d.g[e] : 1.f;
     const u32 dx = wg_desc_lo(xq, 16);
@@ -136,6 +163,10 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
         // This thread's rows' weight scales at this k-block, loaded before the wait.
         const float sw0 = lwg_wscale<FMT>(d, e, min(r0, N - 1), k_lo / 128 + b);
         const float sw1 = lwg_wscale<FMT>(d, e, min(r0 + 8, N - 1), k_lo / 128 + b);
+        if (q < kbn) {
+            lwg_quant_kb<NB>(xv, M, q, xq, xs);
+            if (q + 1 < kbn) lwg_load_kb<NB>(x, ldx, M, (q + 1) * 128, xv);
+        }
         cp_async_wait<LWG_STAGES - 2>();
         fence_async_smem();
         __syncthreads();
@@ -248,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(128) act_quant_rows(const u16* __re
         a = fmaxf(a, fabsf(v[i]));
     }
     a = warp_max(a);
-    // As lwg_quant_x: s = 2^e, e the exponent of max(a, 1e-4) / 448 rounded up.
+    // As lwg_quant_kb: s = 2^e, e the exponent of max(a, 1e-4) / 448 rounded up.
     const u32 sb = __float_as_uint(fmaxf(a, 1e-4f) / 448.f);
     const u32 ex = (sb >> 23) + ((sb & 0x7fffffu) != 0u);
     const float s = __uint_as_float(ex << 23), inv = __uint_as_float((254u - ex) << 23);
