@@ -4,13 +4,13 @@
 // y[m, n] = Σ_kb (Σ_k q_x · q_w) · s_x[m, kb] · s_w[n / 128, kb] with f32 accumulation. The
 // weights never pass through the SMs' registers: they are copied into shared memory in the
 // 128-byte swizzle and read there by the tensor cores as the A operand (64 rows per MMA), the
-// quantized activations (N = 8, 16 or 32 tokens) as B. The register kernels of linear.cu decode each
+// quantized activations (N = 8, 16, 32 or 64 tokens) as B. The register kernels of linear.cu decode each
 // code to bf16 first (24 instructions per m16n8k16 MMA; a 32-MB linear ran at ~1.5–1.6 TB/s).
 //
 // Block (row tiles, K split ky, matrix e), one warpgroup: it quantizes its K share of the
 // activations into shared memory during its first tile (each k-block loaded a stage ahead), and
 // streams 64-row × 128-column weight stages (8 KiB)
-// of its row tiles blockIdx.x, blockIdx.x + gridDim.x, … through a ring of LWG_STAGES by
+// of its row tiles blockIdx.x, blockIdx.x + gridDim.x, … through a ring of 8 (64 tokens: 5) by
 // `cp.async`. Per stage: four m64nNBk32 MMAs into a partial, whose f32 values are added to the
 // tile's accumulators times s_x · s_w once per 128 columns. Split K (gridDim.y > 1): partial
 // tiles in the split workspace, the last block of a tile to arrive sums them in split order and
@@ -21,7 +21,8 @@
 
 #define LWG_ROWS 64                      // weight rows per tile (the MMA's M)
 #define LWG_STAGE (LWG_ROWS * 128)       // bytes of one stage: 64 rows × 128 columns
-#define LWG_STAGES 8                     // stages in the ring
+#define LWG_STAGES 8                     // stages in the ring (up to 32 tokens)
+#define LWG_STAGES_N64 5                 // at 64 tokens (64 KiB of activations beside the ring)
 #define LWG_THREADS 128                  // one warpgroup
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -39,12 +40,17 @@
 LWG_MMA(8, "%0, %1, %2, %3", 4, 5, 6, WG_F4(d, 0))
 LWG_MMA(16, "%0, %1, %2, %3, %4, %5, %6, %7", 8, 9, 10, WG_F4(d, 0), WG_F4(d, 4))
 LWG_MMA(32, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", 16, 17, 18, WG_F16(d, 0))
+LWG_MMA(64,
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31",
+        32, 33, 34, WG_F16(d, 0), WG_F16(d, 16))
 
 template <int NB>
 __device__ __forceinline__ void wg_fp8(float (&d)[NB / 2], u32 da, u32 db, int acc) {
     if constexpr (NB == 8) wg_fp8_n8(d, da, db, acc);
     else if constexpr (NB == 16) wg_fp8_n16(d, da, db, acc);
-    else wg_fp8_n32(d, da, db, acc);
+    else if constexpr (NB == 32) wg_fp8_n32(d, da, db, acc);
+    else wg_fp8_n64(d, da, db, acc);
 }
 
 // Two floats to two e4m3 codes (lo in the low byte), nearest even, saturating at ±448.
@@ -117,11 +123,12 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
                                  int N, int K, int out_bf16, int kc, float* __restrict__ ws,
                                  unsigned* __restrict__ cnt) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int S = NB >= 64 ? LWG_STAGES_N64 : LWG_STAGES;
     extern __shared__ __align__(16) u8 smem_raw[];
     __shared__ int last;
     // The swizzle is a function of address bits 4–9: operands start on 1024-byte boundaries.
     u8* ring = smem_raw + ((1024 - ((u32)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    u8* xq = ring + LWG_STAGES * LWG_STAGE;
+    u8* xq = ring + S * LWG_STAGE;
     float* xs = reinterpret_cast<float*>(xq + NB * kc);
     const int e = blockIdx.z, ky = blockIdx.y, ks = gridDim.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
@@ -135,7 +142,7 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
     auto issue = [&](int q) {
         if (q < total) {
             const int tile = blockIdx.x + (q / kbn) * gridDim.x, b = q % kbn;
-            u8* dst = ring + (q % LWG_STAGES) * LWG_STAGE;
+            u8* dst = ring + (q % S) * LWG_STAGE;
 #pragma unroll
             for (int u = 0; u < LWG_STAGE / 16 / LWG_THREADS; u++) {
                 const int i = tid + u * LWG_THREADS, r = i >> 3, j = i & 7;
@@ -145,7 +152,7 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
         }
         cp_async_commit();
     };
-    for (int q = 0; q < LWG_STAGES - 1; q++) issue(q);
+    for (int q = 0; q < S - 1; q++) issue(q);
     // The activations are quantized k-block by k-block during the first tile, each loaded one
     // stage ahead.
     x += (i64)e * K + k_lo;
@@ -167,12 +174,12 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
             lwg_quant_kb<NB>(xv, M, q, xq, xs);
             if (q + 1 < kbn) lwg_load_kb<NB>(x, ldx, M, (q + 1) * 128, xv);
         }
-        cp_async_wait<LWG_STAGES - 2>();
+        cp_async_wait<S - 2>();
         fence_async_smem();
         __syncthreads();
         // The stage read in the previous round is free: every thread's MMAs on it completed.
-        issue(q + LWG_STAGES - 1);
-        const u32 da = wg_desc_lo(ring + (q % LWG_STAGES) * LWG_STAGE, 16);
+        issue(q + S - 1);
+        const u32 da = wg_desc_lo(ring + (q % S) * LWG_STAGE, 16);
         const u32 db = dx + ((b * NB * 128) >> 4);
         wg_fence();
 #pragma unroll
@@ -207,6 +214,7 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
 #pragma unroll
                 for (int i = 0; i < NB / 2; i++) {
                     float v = 0.f;
+#pragma unroll 1
                     for (int p = 0; p < ks; p++) v += __ldcg(all + (i64)p * (LWG_ROWS * NB) + i);
                     acc[i] = v;
                 }
@@ -242,7 +250,8 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
 #define LWG_FORMAT(NAME, FMT) \
     LWG_ENTRY(NAME, FMT, 8)   \
     LWG_ENTRY(NAME, FMT, 16)  \
-    LWG_ENTRY(NAME, FMT, 32)
+    LWG_ENTRY(NAME, FMT, 32)  \
+    LWG_ENTRY(NAME, FMT, 64)
 
 LWG_FORMAT(fp8b_e8m0, FMT_FP8B_E8M0)
 LWG_FORMAT(fp8b_f32, FMT_FP8B_F32)

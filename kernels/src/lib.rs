@@ -185,12 +185,22 @@ pub mod linear {
     /// (64 rows × 128 columns, 8 KiB each), threads per block.
     pub const WG_ROWS: usize = 64;
     pub const WG_STAGES: usize = 8;
+    /// Stages at 64 tokens, whose 64 KiB of activations sit beside the ring.
+    pub const WG_STAGES_N64: usize = 5;
     pub const WG_THREADS: usize = 128;
-    /// Dynamic shared memory of a `linear_wg` block for `tokens` (its N) and `kc` columns per
-    /// K split: the ring, the quantized activations and their scales, and up to 1024 bytes to
-    /// align the base.
+    /// Stages of the `linear_wg` instantiation for `tokens` (its N).
+    pub fn wg_stages(tokens: usize) -> usize {
+        if tokens >= 64 {
+            WG_STAGES_N64
+        } else {
+            WG_STAGES
+        }
+    }
+    /// Dynamic shared memory of a `linear_wg` block for `tokens` and `kc` columns per K split:
+    /// the ring, the quantized activations and their scales, and up to 1024 bytes to align the
+    /// base.
     pub fn wg_smem(tokens: usize, kc: usize) -> usize {
-        1024 + WG_STAGES * WG_ROWS * 128 + tokens * kc + tokens * (kc / 128) * 4
+        1024 + wg_stages(tokens) * WG_ROWS * 128 + tokens * kc + tokens * (kc / 128) * 4
     }
     /// Warps of a streamed-kernel block, each with its own ring.
     pub const STREAM_WARPS: usize = 8;

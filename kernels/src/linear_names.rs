@@ -78,7 +78,7 @@ pub fn stream_raw_entry(format: &str, tiles: usize) -> String {
 pub const LINEAR_WG_FORMATS: [&str; 3] = ["fp8b_e8m0", "fp8b_f32", "fp8t"];
 
 /// Token columns (the MMA's N) the FP8 warpgroup-MMA linear is instantiated for.
-pub const LINEAR_WG_TOKENS: [usize; 3] = [8, 16, 32];
+pub const LINEAR_WG_TOKENS: [usize; 4] = [8, 16, 32, 64];
 
 /// The FP8 warpgroup-MMA linear of `format` for up to `tokens` tokens (one of
 /// [`LINEAR_WG_TOKENS`]).

@@ -156,6 +156,11 @@ fn constants_match_the_sources() {
         (ATTENTION_WG.source, "#define AWG_HG", attention::WG_HEADS),
         (LINEAR_WG.source, "#define LWG_ROWS", linear::WG_ROWS),
         (LINEAR_WG.source, "#define LWG_STAGES", linear::WG_STAGES),
+        (
+            LINEAR_WG.source,
+            "#define LWG_STAGES_N64",
+            linear::WG_STAGES_N64,
+        ),
         (LINEAR_WG.source, "#define LWG_THREADS", linear::WG_THREADS),
         (ATTENTION_WG.source, "#define AWG_D", attention::WG_HEAD_DIM),
         (

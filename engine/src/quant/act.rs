@@ -6,7 +6,7 @@
 //! bf16 (more precise, and what every kernel but the FP8 warpgroup-MMA linear computes).
 //!
 //! `AMDAHL_FP8_ACT=1` turns the mode on: the CPU linear then quantizes its input this way for
-//! FP8 weights, and the GPU runs FP8 linears of up to 32 tokens on `linear_wg` (sm_90), which
+//! FP8 weights, and the GPU runs FP8 linears of up to 64 tokens on `linear_wg` (sm_90), which
 //! quantizes the same way. Every other GPU path keeps bf16 activations in this mode (the shared
 //! expert's fused up projection, the prefill GEMM): the mode is for measuring the FP8 kernel
 //! and checking it against the CPU, not yet a serving default.

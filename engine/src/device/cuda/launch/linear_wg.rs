@@ -1,5 +1,5 @@
 //! The FP8 linear on FP8 warpgroup MMAs (`linear_wg_*`, linear_wg.cu): the reference's FP8
-//! GEMM with the activations quantized per 1×128 group (`quant/act.rs`), for up to 32 tokens
+//! GEMM with the activations quantized per 1×128 group (`quant/act.rs`), for up to 64 tokens
 //! on sm_90 when `AMDAHL_FP8_ACT=1`.
 
 use amdahl_kernels::linear::{WG_ROWS, WG_THREADS, wg_smem};
@@ -11,10 +11,12 @@ use crate::quant::act;
 use super::super::gpu::{ACT_WS_BYTES, Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES};
 use super::super::weights::{Fmt, GLinear};
 
-/// Bytes of quantized activations a block may hold (tokens × columns of its K split).
-const X_BYTES: usize = 32 << 10;
-/// Blocks of `linear_wg` one SM holds (its shared memory: the 64-KiB ring and up to 32 KiB of
-/// activations).
+/// Bytes of quantized activations a block may hold (tokens × columns of its K split): 32 KiB
+/// beside the 8-stage ring, 64 KiB at 64 tokens beside 5 stages (2 blocks per SM either way).
+fn x_bytes(tokens: usize) -> usize {
+    if tokens >= 64 { 64 << 10 } else { 32 << 10 }
+}
+/// Blocks of `linear_wg` one SM holds (by its shared memory, [`amdahl_kernels::linear::wg_smem`]).
 const BLOCKS_PER_SM: usize = 2;
 
 /// Whether the FP8 activations apply to weights of `fmt`: the mode on and an FP8 format.
@@ -68,13 +70,12 @@ pub fn fp8_rows(
 
 /// Whether `linear_wg` computes `w` for `m` tokens from x rows of `ldx` at `x`: the mode on,
 /// an sm_90 GPU (the kernel is sm_90a code; elsewhere its body is empty), an FP8 format, 1–64
-/// tokens (its largest instantiation; at 64 tokens a split's activations would not fit beside
-/// the ring), K a multiple of 128, 16-byte-aligned x rows.
+/// tokens, K a multiple of 128, 16-byte-aligned x rows.
 pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
     act::fp8_act()
         && gpu.info.compute_capability == (9, 0)
         && LINEAR_WG_FORMATS.contains(&w.fmt.name())
-        && (1..=32).contains(&m)
+        && (1..=64).contains(&m)
         && w.cols.is_multiple_of(128)
         && ldx.is_multiple_of(8)
         && x.is_multiple_of(16)
@@ -89,8 +90,8 @@ pub fn wg_geometry(w: &GLinear, m: usize, sms: usize) -> (usize, usize, usize, u
 /// [`wg_geometry`] of `mats` matrices of `rows` × `cols`. The split count has the least
 /// modelled time, waves × (1/ks of a tile's columns + a tenth for a block's start, its
 /// activations' quantization and the split's partial tile), among those whose activations fit
-/// X_BYTES and whose partial tiles fit the split workspace; blocks past one wave loop over
-/// row tiles.
+/// beside the ring and whose partial tiles fit the split workspace; blocks past one wave loop
+/// over row tiles.
 fn geometry_of(
     rows: usize,
     cols: usize,
@@ -104,7 +105,7 @@ fn geometry_of(
     let slots = BLOCKS_PER_SM * sms;
     let fits = |ks: usize| {
         let kc = kbs.div_ceil(ks) * 128;
-        nb * kc <= X_BYTES
+        nb * kc <= x_bytes(nb)
             && (ks == 1
                 || (tiles * mats <= SPLIT_COUNTERS
                     && tiles * mats * ks * WG_ROWS * nb * 4 <= SPLIT_PARTIAL_BYTES))
@@ -168,16 +169,25 @@ mod tests {
         assert_eq!(geometry_of(4096, 8192, 1, 16, 132), (16, 4, 2048, 64));
         // wkv (512 × 4096): 8 tiles split to a k-block each.
         assert_eq!(geometry_of(512, 4096, 1, 16, 132), (16, 32, 128, 8));
-        // 32 tokens: 1024 columns per split at most (32 KiB of x).
+        // 32 tokens: 1024 columns per split at most (32 KiB of x); 64 tokens 1024 (64 KiB).
         assert_eq!(geometry_of(32768, 1024, 1, 32, 132), (32, 1, 1024, 256));
         assert_eq!(geometry_of(1024, 4096, 8, 32, 132).2, 1024);
+        assert_eq!(geometry_of(32768, 1024, 1, 64, 132), (64, 1, 1024, 256));
+        // Two blocks per SM at every instantiation's largest split.
+        for nb in [8, 16, 32, 64] {
+            let kc = super::x_bytes(nb) / nb;
+            assert!(
+                2 * (amdahl_kernels::linear::wg_smem(nb, kc) + 1024) <= 228 << 10,
+                "{nb}"
+            );
+        }
         // One token takes the 8-column instantiation.
         assert_eq!(geometry_of(32768, 1024, 1, 1, 132).0, 8);
         // Every split is non-empty and covers K.
         for cols in [128, 384, 1024, 4096, 8192, 7168] {
-            for m in [1, 9, 17, 32] {
+            for m in [1, 9, 17, 32, 64] {
                 let (nb, ks, kc, gx) = geometry_of(4096, cols, 1, m, 132);
-                assert!(nb >= m && nb * kc <= 32 << 10, "{cols} {m}");
+                assert!(nb >= m && nb * kc <= super::x_bytes(nb), "{cols} {m}");
                 assert!(
                     (ks - 1) * kc < cols && ks * kc >= cols,
                     "{cols} {m}: {ks} × {kc}"
