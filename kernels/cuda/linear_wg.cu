@@ -164,12 +164,21 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
     float acc[NB / 2], part[NB / 2];
 #pragma unroll
     for (int i = 0; i < NB / 2; i++) acc[i] = 0.f;
+    // This thread's rows' weight scales at stage q, loaded a stage ahead (a dependent global
+    // load per stage was the kernel's most sampled stall).
+    auto wscales = [&](int q, float* s0, float* s1) {
+        if (q >= total) return;
+        const int r = blockIdx.x * LWG_ROWS + (q / kbn) * gridDim.x * LWG_ROWS + warp * 16 + g;
+        *s0 = lwg_wscale<FMT>(d, e, min(r, N - 1), k_lo / 128 + q % kbn);
+        *s1 = lwg_wscale<FMT>(d, e, min(r + 8, N - 1), k_lo / 128 + q % kbn);
+    };
+    float nsw0 = 0.f, nsw1 = 0.f;
+    wscales(0, &nsw0, &nsw1);
     for (int q = 0; q < total; q++) {
         const int tile = blockIdx.x + (q / kbn) * gridDim.x, b = q % kbn;
         const int r0 = tile * LWG_ROWS + warp * 16 + g;
-        // This thread's rows' weight scales at this k-block, loaded before the wait.
-        const float sw0 = lwg_wscale<FMT>(d, e, min(r0, N - 1), k_lo / 128 + b);
-        const float sw1 = lwg_wscale<FMT>(d, e, min(r0 + 8, N - 1), k_lo / 128 + b);
+        const float sw0 = nsw0, sw1 = nsw1;
+        wscales(q + 1, &nsw0, &nsw1);
         if (q < kbn) {
             lwg_quant_kb<NB>(xv, M, q, xq, xs);
             if (q + 1 < kbn) lwg_load_kb<NB>(x, ldx, M, (q + 1) * 128, xv);
@@ -211,12 +220,16 @@ __device__ void linear_wg_kernel(WDesc d, const u16* __restrict__ x, int ldx, vo
             if (last) {
                 __threadfence();
                 const float* all = ws + (i64)tid_tile * ks * (LWG_ROWS * NB) + tid * (NB / 2);
+                // The splits in order, NB / 2 loads in flight per split (not one).
 #pragma unroll
-                for (int i = 0; i < NB / 2; i++) {
-                    float v = 0.f;
+                for (int i = 0; i < NB / 2; i++) acc[i] = 0.f;
 #pragma unroll 1
-                    for (int p = 0; p < ks; p++) v += __ldcg(all + (i64)p * (LWG_ROWS * NB) + i);
-                    acc[i] = v;
+                for (int p = 0; p < ks; p++) {
+                    float v[NB / 2];
+#pragma unroll
+                    for (int i = 0; i < NB / 2; i++) v[i] = __ldcg(all + (i64)p * (LWG_ROWS * NB) + i);
+#pragma unroll
+                    for (int i = 0; i < NB / 2; i++) acc[i] += v[i];
                 }
                 if (tid == 0) cnt[tid_tile] = 0;
             }

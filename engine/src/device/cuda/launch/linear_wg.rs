@@ -8,7 +8,7 @@ use amdahl_kernels::{LINEAR_WG_FORMATS, LINEAR_WG_TOKENS, linear_wg_entry};
 use crate::error::{EngineError, Result};
 use crate::quant::act;
 
-use super::super::gpu::{ACT_WS_BYTES, Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_PARTIAL_BYTES};
+use super::super::gpu::{ACT_WS_BYTES, Args, Gpu, Launch, SPLIT_COUNTERS, SPLIT_WS_BYTES};
 use super::super::weights::{Fmt, GLinear};
 
 /// Bytes of quantized activations a block may hold (tokens × columns of its K split): 32 KiB
@@ -70,7 +70,8 @@ pub fn fp8_rows(
 
 /// Whether `linear_wg` computes `w` for `m` tokens from x rows of `ldx` at `x`: the mode on,
 /// an sm_90 GPU (the kernel is sm_90a code; elsewhere its body is empty), an FP8 format, 1–64
-/// tokens, K a multiple of 128, 16-byte-aligned x rows.
+/// tokens, K a multiple of 128, 16-byte-aligned x rows, and a K split whose activations fit
+/// beside the ring and whose partial tiles fit the split workspace.
 pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
     act::fp8_act()
         && gpu.info.compute_capability == (9, 0)
@@ -79,11 +80,12 @@ pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool 
         && w.cols.is_multiple_of(128)
         && ldx.is_multiple_of(8)
         && x.is_multiple_of(16)
+        && wg_geometry(w, m, gpu.info.sms).is_some()
 }
 
 /// The launch of `linear_wg` for `w` at `m` tokens on `sms` SMs: (token columns, K splits,
 /// columns per split, row-tile blocks per split and matrix).
-pub fn wg_geometry(w: &GLinear, m: usize, sms: usize) -> (usize, usize, usize, usize) {
+pub fn wg_geometry(w: &GLinear, m: usize, sms: usize) -> Option<(usize, usize, usize, usize)> {
     geometry_of(w.rows, w.cols, w.experts.max(1), m, sms)
 }
 
@@ -98,8 +100,8 @@ fn geometry_of(
     mats: usize,
     m: usize,
     sms: usize,
-) -> (usize, usize, usize, usize) {
-    let nb = LINEAR_WG_TOKENS.into_iter().find(|&n| n >= m).unwrap_or(32);
+) -> Option<(usize, usize, usize, usize)> {
+    let nb = LINEAR_WG_TOKENS.into_iter().find(|&n| n >= m)?;
     let tiles = rows.div_ceil(WG_ROWS);
     let kbs = cols / 128;
     let slots = BLOCKS_PER_SM * sms;
@@ -108,18 +110,20 @@ fn geometry_of(
         nb * kc <= x_bytes(nb)
             && (ks == 1
                 || (tiles * mats <= SPLIT_COUNTERS
-                    && tiles * mats * ks * WG_ROWS * nb * 4 <= SPLIT_PARTIAL_BYTES))
+                    && tiles * mats * ks * WG_ROWS * nb * 4 <= SPLIT_WS_BYTES))
     };
-    let cost = |ks: usize| (tiles * mats * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.1);
-    let ks = (1..=kbs.clamp(1, 32))
+    // A split costs its partial tile's store and the last block's sum over the splits: a
+    // quarter of a tile's columns (H100, ncu: wkv at 32 splits of one k-block 56 µs, the
+    // old register kernel in 8 splits 7.3 µs).
+    let cost = |ks: usize| (tiles * mats * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.25);
+    let ks = (1..=kbs.clamp(1, 16))
         .filter(|&ks| fits(ks))
-        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
-        .unwrap_or(kbs.max(1));
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))?;
     // As many splits as the columns per split leave non-empty.
     let per = kbs.div_ceil(ks).max(1);
     let ks = kbs.div_ceil(per).max(1);
     let per_block = (tiles * mats * ks).div_ceil(slots).max(1);
-    (nb, ks, per * 128, tiles.div_ceil(per_block))
+    Some((nb, ks, per * 128, tiles.div_ceil(per_block)))
 }
 
 /// `y = x · Wᵀ` by `linear_wg` (see [`super::linear`] for the operands).
@@ -134,7 +138,12 @@ pub fn linear_wg(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
-    let (nb, ks, kc, gx) = wg_geometry(w, m, gpu.info.sms);
+    let (nb, ks, kc, gx) = wg_geometry(w, m, gpu.info.sms).ok_or_else(|| {
+        EngineError::Device(format!(
+            "linear_wg: no K split of {} × {} at {m} tokens fits the workspace",
+            w.rows, w.cols
+        ))
+    })?;
     let (ws, cnt) = gpu.split_ws();
     let l = Launch::new((gx, ks, w.experts.max(1)), WG_THREADS, wg_smem(nb, kc));
     let mut a = Args::new();
@@ -156,7 +165,15 @@ pub fn linear_wg(
 
 #[cfg(test)]
 mod tests {
-    use super::geometry_of;
+    fn geometry_of(
+        rows: usize,
+        cols: usize,
+        mats: usize,
+        m: usize,
+        sms: usize,
+    ) -> (usize, usize, usize, usize) {
+        super::geometry_of(rows, cols, mats, m, sms).unwrap()
+    }
 
     #[test]
     fn geometry_fills_the_gpu_within_the_shared_memory() {
@@ -167,8 +184,12 @@ mod tests {
         assert_eq!(geometry_of(1024, 4096, 8, 16, 132), (16, 2, 2048, 16));
         // wo_b (4096 × 8192): 64 tiles in 4 splits, one wave.
         assert_eq!(geometry_of(4096, 8192, 1, 16, 132), (16, 4, 2048, 64));
-        // wkv (512 × 4096): 8 tiles split to a k-block each.
-        assert_eq!(geometry_of(512, 4096, 1, 16, 132), (16, 32, 128, 8));
+        // wkv (512 × 4096): 8 tiles in 16 splits of two k-blocks.
+        assert_eq!(geometry_of(512, 4096, 1, 16, 132), (16, 16, 256, 8));
+        // 64 tokens: wo_b and the wo_a groups in splits of 1024 columns, their partial tiles
+        // within the workspace.
+        assert_eq!(geometry_of(4096, 8192, 1, 64, 132), (64, 8, 1024, 32));
+        assert_eq!(geometry_of(1024, 4096, 8, 64, 132).1, 4);
         // 32 tokens: 1024 columns per split at most (32 KiB of x); 64 tokens 1024 (64 KiB).
         assert_eq!(geometry_of(32768, 1024, 1, 32, 132), (32, 1, 1024, 256));
         assert_eq!(geometry_of(1024, 4096, 8, 32, 132).2, 1024);
