@@ -12,8 +12,12 @@ use crate::quant::act;
 use crate::rng::Rng;
 use crate::tensor::Mat;
 
-/// GPU and CPU sum the same products (e4m3 × e4m3, exact) in different orders.
+/// linear_wg and the CPU sum the same products (e4m3 × e4m3, exact) in different orders (H100:
+/// 1.25e-4 to 1.28e-4 at every shape and token count).
 const TOL: f64 = 2e-4;
+/// The other kernels on `act_quant_rows`' activations: exact products too, except that they
+/// round FP8B_F32 block scales to bf16 (H100: fp8b_e8m0 1.0e-7, fp8b_f32 2.2e-3).
+const TOL_BF16_SCALES: f64 = 5e-3;
 
 /// Runs `f` with the FP8 activations on, then restores the environment's mode.
 fn with_fp8_act<T>(f: impl FnOnce() -> T) -> T {
@@ -74,8 +78,9 @@ fn fp8_linears_on_warpgroup_mmas_match_the_cpu_with_fp8_activations() {
                     "{fmt} {n}x{kk} m={m} on {path}: rel l2 {e:.2e} (against bf16 activations \
                      {e_bf16:.2e})"
                 );
-                assert!(e <= TOL, "linear_wg {fmt} {n}x{kk} m={m}: {e:.3e}");
-                assert!(e_bf16 > 20.0 * e, "{fmt} {n}x{kk} m={m}: {e_bf16:.2e}");
+                let tol = if wg { TOL } else { TOL_BF16_SCALES };
+                assert!(e <= tol, "{fmt} {n}x{kk} m={m} on {path}: {e:.3e}");
+                assert!(e_bf16 > 5.0 * e, "{fmt} {n}x{kk} m={m}: {e_bf16:.2e}");
             }
         }
     }
