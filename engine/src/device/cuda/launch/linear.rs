@@ -130,8 +130,9 @@ fn linear_bf16x(
     Ok(l.blocks())
 }
 
-/// The arguments the dense linear kernels (register, persistent, streamed) start with.
-fn dense_args(w: &GLinear, x: u64, ldx: usize, y: u64, ldy: usize, m: usize) -> Args {
+/// The arguments the dense linear kernels (register, persistent, streamed, `linear_wg`) start
+/// with.
+pub(super) fn dense_args(w: &GLinear, x: u64, ldx: usize, y: u64, ldy: usize, m: usize) -> Args {
     let mut a = Args::new();
     a.raw(&w.desc().as_bytes())
         .ptr(x)

@@ -146,19 +146,8 @@ pub fn linear_wg(
     })?;
     let (ws, cnt) = gpu.split_ws();
     let l = Launch::new((gx, ks, w.experts.max(1)), WG_THREADS, wg_smem(nb, kc));
-    let mut a = Args::new();
-    a.raw(&w.desc().as_bytes())
-        .ptr(x)
-        .usize(ldx)
-        .ptr(y)
-        .usize(ldy)
-        .usize(m)
-        .usize(w.rows)
-        .usize(w.cols)
-        .i32(out_bf16 as i32)
-        .usize(kc)
-        .ptr(ws)
-        .ptr(cnt);
+    let mut a = super::linear::dense_args(w, x, ldx, y, ldy, m);
+    a.i32(out_bf16 as i32).usize(kc).ptr(ws).ptr(cnt);
     gpu.launch_named(&linear_wg_entry(w.fmt.name(), nb), l, &mut a)?;
     Ok(l.blocks())
 }
