@@ -4,14 +4,13 @@
 // y[m, n] = Σ_kb (Σ_k q_x · q_w) · s_x[m, kb] · s_w[n / 128, kb] with f32 accumulation. The
 // weights never pass through the SMs' registers: they are copied into shared memory in the
 // 128-byte swizzle and read there by the tensor cores as the A operand (64 rows per MMA), the
-// quantized activations (N = 8, 16, 32 or 64 tokens) as B. The register kernels of linear.cu decode each
-// code to bf16 first (24 instructions per m16n8k16 MMA; a 32-MB linear ran at ~1.5–1.6 TB/s).
+// quantized activations (N = 8, 16, 32 or 64 tokens) as B. The register kernels of linear.cu
+// decode each code to bf16 first (24 instructions per m16n8k16 MMA).
 //
 // Block (row tiles, K split ky, matrix e), one warpgroup: it quantizes its K share of the
 // activations into shared memory during its first tile (each k-block loaded a stage ahead), and
-// streams 64-row × 128-column weight stages (8 KiB)
-// of its row tiles blockIdx.x, blockIdx.x + gridDim.x, … through a ring of 8 (64 tokens: 5) by
-// `cp.async`. Per stage: four m64nNBk32 MMAs into a partial, whose f32 values are added to the
+// streams 64-row × 128-column weight stages (8 KiB) of its row tiles blockIdx.x,
+// blockIdx.x + gridDim.x, … through a ring of 8 (64 tokens: 5) by `cp.async`. Per stage: four m64nNBk32 MMAs into a partial, whose f32 values are added to the
 // tile's accumulators times s_x · s_w once per 128 columns. Split K (gridDim.y > 1): partial
 // tiles in the split workspace, the last block of a tile to arrive sums them in split order and
 // writes y (deterministic, as linear.cu).
@@ -24,6 +23,13 @@
 #define LWG_STAGES 8                     // stages in the ring (up to 32 tokens)
 #define LWG_STAGES_N64 5                 // at 64 tokens (64 KiB of activations beside the ring)
 #define LWG_THREADS 128                  // one warpgroup
+
+// The exponent field e of a 128-column group's scale 2^(e-127): that of max(amax, 1e-4) / 448
+// rounded up (quant/act.rs `group_scale`; IEEE division, as the CPU's).
+__device__ __forceinline__ u32 act_scale_exp(float amax) {
+    const u32 sb = __float_as_uint(fmaxf(amax, 1e-4f) / 448.f);
+    return (sb >> 23) + ((sb & 0x7fffffu) != 0u);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -77,7 +83,7 @@ __device__ __forceinline__ void lwg_load_kb(const u16* __restrict__ x, int ldx, 
 
 // The loaded k-block b as e4m3 codes in the 128-byte swizzle (k-block b: NB rows of 128 bytes
 // at xq + b·NB·128) and its per-row scales xs[b·NB + m]: a half-warp's 128 columns are one
-// group, s = 2^e with e the exponent of max(amax, 1e-4) / 448 rounded up (quant/act.rs).
+// group (`act_scale_exp`).
 template <int NB>
 __device__ __forceinline__ void lwg_quant_kb(const uint4 (&v)[NB / 8], int M, int b, u8* xq, float* xs) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hl = lane & 15;
@@ -94,8 +100,7 @@ __device__ __forceinline__ void lwg_quant_kb(const uint4 (&v)[NB / 8], int M, in
         }
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-        const u32 sb = __float_as_uint(fmaxf(a, 1e-4f) / 448.f);
-        const u32 ex = (sb >> 23) + ((sb & 0x7fffffu) != 0u);
+        const u32 ex = act_scale_exp(a);
         const float inv = __uint_as_float((254u - ex) << 23);
         uint2 q;
         q.x = e4m3x2(f[0] * inv, f[1] * inv) | (e4m3x2(f[2] * inv, f[3] * inv) << 16);
@@ -300,10 +305,7 @@ extern "C" __global__ void __launch_bounds__(128) act_quant_rows(const u16* __re
         v[i] = c < c1 ? bf2f(x[(i64)m * ldx + c]) : 0.f;
         a = fmaxf(a, fabsf(v[i]));
     }
-    a = warp_max(a);
-    // As lwg_quant_kb: s = 2^e, e the exponent of max(a, 1e-4) / 448 rounded up.
-    const u32 sb = __float_as_uint(fmaxf(a, 1e-4f) / 448.f);
-    const u32 ex = (sb >> 23) + ((sb & 0x7fffffu) != 0u);
+    const u32 ex = act_scale_exp(warp_max(a));
     const float s = __uint_as_float(ex << 23), inv = __uint_as_float((254u - ex) << 23);
 #pragma unroll
     for (int i = 0; i < 4; i++) {

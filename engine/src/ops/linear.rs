@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use crate::checkpoint::{Dtype, TensorRef};
 use crate::error::{EngineError, Result};
-use crate::quant::{Format, QuantWeight, act};
+use crate::quant::{Format, Kind, QuantWeight, act};
 use crate::tensor::{Mat, dot};
 
 /// Rows of W dequantized together; sized so a tile of a 4096-wide row stays in L2.
@@ -213,10 +213,8 @@ impl Linear {
         // operands are the activations quantized per token in groups of 128 columns.
         let quantized;
         let x = if act::fp8_act()
-            && matches!(
-                self.data.format(),
-                Format::Fp8BlockE8m0 | Format::Fp8BlockF32 | Format::Fp8Tensor
-            ) {
+            && matches!(self.data.format().kind(), Kind::Fp8Block | Kind::Fp8Tensor)
+        {
             let mut q = x.clone();
             for ti in 0..t {
                 act::quantize_groups(q.row_mut(ti));

@@ -7,9 +7,9 @@
 //!
 //! `AMDAHL_FP8_ACT=1` turns the mode on: the CPU linear then quantizes its input this way for
 //! FP8 weights, and the GPU runs FP8 linears of up to 64 tokens on `linear_wg` (sm_90), which
-//! quantizes the same way. Every other GPU path keeps bf16 activations in this mode (the shared
-//! expert's fused up projection, the prefill GEMM): the mode is for measuring the FP8 kernel
-//! and checking it against the CPU, not yet a serving default.
+//! quantizes the same way; every other GPU kernel that multiplies FP8 weights reads
+//! activations `act_quant_rows` rounded so (launch/linear_wg.rs `fp8_rows`). Opt-in: slower
+//! than the default so far, and far from the bf16 twin on the tiny test models (docs/PERF.md).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -41,8 +41,8 @@ pub fn linear(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
-    if linear_wg::wg_applies(gpu, w, m, ldx, x) {
-        return linear_wg::linear_wg(gpu, w, x, ldx, y, ldy, m, out_bf16);
+    if let Some(geo) = linear_wg::wg_plan(gpu, w, m, ldx, x) {
+        return linear_wg::linear_wg(gpu, w, geo, x, ldx, y, ldy, m, out_bf16);
     }
     if linear_wg::quantizes(w.fmt) {
         // The FP8 activations for the kernels below, in row chunks that fit the scratch.

@@ -68,19 +68,35 @@ pub fn fp8_rows(
     Ok((out, width))
 }
 
-/// Whether `linear_wg` computes `w` for `m` tokens from x rows of `ldx` at `x`: the mode on,
-/// an sm_90 GPU (the kernel is sm_90a code; elsewhere its body is empty), an FP8 format, 1–64
-/// tokens, K a multiple of 128, 16-byte-aligned x rows, and a K split whose activations fit
-/// beside the ring and whose partial tiles fit the split workspace.
-pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
-    act::fp8_act()
+/// The launch of `linear_wg` for `w` at `m` tokens from x rows of `ldx` at `x`, where it
+/// applies: the FP8 activations on for an FP8 format ([`quantizes`]), an sm_90 GPU (the kernel
+/// is sm_90a code; elsewhere its body is empty), 1–64 tokens, K a multiple of 128,
+/// 16-byte-aligned x rows, and a K split whose activations fit beside the ring and whose
+/// partial tiles fit the split workspace ([`wg_geometry`]).
+pub fn wg_plan(
+    gpu: &Gpu,
+    w: &GLinear,
+    m: usize,
+    ldx: usize,
+    x: u64,
+) -> Option<(usize, usize, usize, usize)> {
+    let eligible = quantizes(w.fmt)
         && gpu.info.compute_capability == (9, 0)
-        && LINEAR_WG_FORMATS.contains(&w.fmt.name())
         && (1..=64).contains(&m)
         && w.cols.is_multiple_of(128)
         && ldx.is_multiple_of(8)
-        && x.is_multiple_of(16)
-        && wg_geometry(w, m, gpu.info.sms).is_some()
+        && x.is_multiple_of(16);
+    if eligible {
+        wg_geometry(w, m, gpu.info.sms)
+    } else {
+        None
+    }
+}
+
+/// Whether `linear_wg` computes `w` for `m` tokens ([`wg_plan`]).
+#[cfg(test)]
+pub fn wg_applies(gpu: &Gpu, w: &GLinear, m: usize, ldx: usize, x: u64) -> bool {
+    wg_plan(gpu, w, m, ldx, x).is_some()
 }
 
 /// The launch of `linear_wg` for `w` at `m` tokens on `sms` SMs: (token columns, K splits,
@@ -89,11 +105,10 @@ pub fn wg_geometry(w: &GLinear, m: usize, sms: usize) -> Option<(usize, usize, u
     geometry_of(w.rows, w.cols, w.experts.max(1), m, sms)
 }
 
-/// [`wg_geometry`] of `mats` matrices of `rows` × `cols`. The split count has the least
-/// modelled time, waves × (1/ks of a tile's columns + a tenth for a block's start, its
-/// activations' quantization and the split's partial tile), among those whose activations fit
-/// beside the ring and whose partial tiles fit the split workspace; blocks past one wave loop
-/// over row tiles.
+/// [`wg_geometry`] of `mats` matrices of `rows` × `cols`. The split count (at most 16) has the
+/// least modelled time, waves × (1/ks of a tile's columns + a quarter for a split's partial
+/// tile and the last block's sum), among those whose activations fit beside the ring and whose
+/// partial tiles fit the split workspace; blocks past one wave loop over row tiles.
 fn geometry_of(
     rows: usize,
     cols: usize,
@@ -112,9 +127,9 @@ fn geometry_of(
                 || (tiles * mats <= SPLIT_COUNTERS
                     && tiles * mats * ks * WG_ROWS * nb * 4 <= SPLIT_WS_BYTES))
     };
-    // A split costs its partial tile's store and the last block's sum over the splits: a
-    // quarter of a tile's columns (H100, ncu: wkv at 32 splits of one k-block 56 µs, the
-    // old register kernel in 8 splits 7.3 µs).
+    // A split's partial tile and the last block's sum over the splits priced at a quarter of
+    // a tile's columns (H100, ncu: wkv at 32 splits of one k-block 56 µs, the old register
+    // kernel in 8 splits 7.3 µs).
     let cost = |ks: usize| (tiles * mats * ks).div_ceil(slots) as f64 * (1.0 / ks as f64 + 0.25);
     let ks = (1..=kbs.clamp(1, 16))
         .filter(|&ks| fits(ks))
@@ -126,11 +141,13 @@ fn geometry_of(
     Some((nb, ks, per * 128, tiles.div_ceil(per_block)))
 }
 
-/// `y = x · Wᵀ` by `linear_wg` (see [`super::linear`] for the operands).
+/// `y = x · Wᵀ` by `linear_wg` at the launch [`wg_plan`] gave (see [`super::linear`] for the
+/// operands).
 #[allow(clippy::too_many_arguments)]
 pub fn linear_wg(
     gpu: &Gpu,
     w: &GLinear,
+    (nb, ks, kc, gx): (usize, usize, usize, usize),
     x: u64,
     ldx: usize,
     y: u64,
@@ -138,12 +155,6 @@ pub fn linear_wg(
     m: usize,
     out_bf16: bool,
 ) -> Result<u64> {
-    let (nb, ks, kc, gx) = wg_geometry(w, m, gpu.info.sms).ok_or_else(|| {
-        EngineError::Device(format!(
-            "linear_wg: no K split of {} × {} at {m} tokens fits the workspace",
-            w.rows, w.cols
-        ))
-    })?;
     let (ws, cnt) = gpu.split_ws();
     let l = Launch::new((gx, ks, w.experts.max(1)), WG_THREADS, wg_smem(nb, kc));
     let mut a = super::linear::dense_args(w, x, ldx, y, ldy, m);
