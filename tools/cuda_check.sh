@@ -11,3 +11,5 @@ source tools/nvrtc_env.sh
 cargo clippy -p amdahl-engine -p amdahl --all-targets --features amdahl/cuda -- -D warnings
 AMDAHL_REQUIRE_NVRTC=1 AMDAHL_KERNEL_CACHE="$PWD/target/kernel-cache" \
   cargo test -p amdahl-engine --features cuda device::cuda
+# The GPU machine's read-rate probe (tools/gpu/ring_probe.py) compiles with the same NVRTC.
+target/nvrtc-venv/bin/python tools/gpu/ring_probe.py --compile-only

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Read rate of a decode linear's weight stream by the way it is loaded (ring_probe.cu).
+
+Compiles ring_probe.cu with NVRTC (sm_90a), launches its kernels through the driver API on
+PyTorch's stream and prints GB/s per (weight shape, kernel, blocks per SM, layout): back to back
+over 8 copies of the weight (L2 holds none) and one launch alone. Needs PyTorch and the CUDA
+driver; `--compile-only` checks the source here without a GPU.
+
+    python3 tools/gpu/ring_probe.py [--compile-only]
+"""
+import ctypes
+import glob
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS = ["ring_s4", "ring_s8", "ring_s16", "ldg_u2", "ldg_u4", "ldg_u8"]
+
+
+def load_nvrtc():
+    names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+    for pat in ["/usr/local/cuda/lib64/libnvrtc.so*", "/usr/local/cuda*/targets/*/lib/libnvrtc.so*"]:
+        names += sorted(glob.glob(pat))
+    for p in sys.path:
+        names += sorted(glob.glob(os.path.join(p, "nvidia", "cu*", "lib", "libnvrtc.so*")))
+        names += sorted(glob.glob(os.path.join(p, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")))
+    for n in names:
+        if "builtins" in n or "alt" in n:
+            continue
+        try:
+            return ctypes.CDLL(n)
+        except OSError:
+            pass
+    raise SystemExit("no libnvrtc found")
+
+
+def compile_cubin(src, arch="sm_90a"):
+    nv = load_nvrtc()
+    prog = ctypes.c_void_p()
+    rc = nv.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"ring_probe.cu", 0, None, None)
+    assert rc == 0, rc
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-default-device"]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = nv.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nv.nvrtcGetProgramLog(prog, log)
+    if rc != 0:
+        raise SystemExit("NVRTC failed:\n" + log.value.decode())
+    nv.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    nv.nvrtcGetCUBIN(prog, cubin)
+    return cubin.raw
+
+
+class Driver:
+    def __init__(self, cubin):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.check(self.cu.cuInit(0), "cuInit")
+        ctx = ctypes.c_void_p()
+        self.check(self.cu.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            dev = ctypes.c_int()
+            self.check(self.cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+            self.check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+            self.check(self.cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self.mod = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(self.mod), cubin), "cuModuleLoadData")
+        self.fns = {}
+
+    def check(self, rc, what):
+        if rc != 0:
+            raise SystemExit(f"{what}: CUDA error {rc}")
+
+    def fn(self, name):
+        if name not in self.fns:
+            f = ctypes.c_void_p()
+            self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), self.mod, name.encode()), name)
+            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+            self.check(self.cu.cuFuncSetAttribute(f, 8, 200 << 10), "max dynamic smem")
+            self.fns[name] = f
+        return self.fns[name]
+
+    def launch(self, name, grid, block, smem, stream, args):
+        vals = [ctypes.c_uint64(a) if isinstance(a, Ptr) else ctypes.c_int(a) for a in args]
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        self.check(self.cu.cuLaunchKernel(self.fn(name), grid, 1, 1, block, 1, 1, smem, ctypes.c_void_p(stream),
+                                          ptrs, None), name)
+
+
+class Ptr(int):
+    pass
+
+
+def main():
+    src = open(os.path.join(HERE, "ring_probe.cu")).read()
+    cubin = compile_cubin(src)
+    if "--compile-only" in sys.argv:
+        print(f"compiled: {len(cubin)} bytes of cubin")
+        return
+    import torch
+
+    torch.zeros(1, device="cuda")
+    drv = Driver(cubin)
+    stream = torch.cuda.current_stream().cuda_stream
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sink = torch.zeros(4, dtype=torch.int32, device="cuda")
+    print(f"# {torch.cuda.get_device_name()}, {sms} SMs")
+    # (name, row groups, row bytes ld, columns per tile K): V4-Flash's 32-MB FP8 linears as
+    # linear_wg splits them at 16 tokens.
+    shapes = [("wq_b", 512, 1024, 1024), ("wo_b/4", 64, 8192, 2048), ("wo_a/2", 128, 4096, 2048)]
+    print("| weight | kernel | blocks/SM | grid | row-major GB/s (µs) | tiled GB/s (µs) | row-major alone µs | tiled alone µs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, rg, ld, k in shapes:
+        nbytes = rg * 64 * ld
+        tiles = rg * (ld // k)
+        ws = [torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda") for _ in range(8)]
+        for kern in KERNELS:
+            stages = int(kern.split("_s")[1]) if kern.startswith("ring") else 0
+            for per_sm in [1, 2, 4, 8]:
+                ring = stages * 8192
+                # Shared memory per block so that per_sm blocks fit (228 KiB per SM, 1 KiB reserved each).
+                smem = max(ring, (228 << 10) // per_sm - (1 << 10) - 1024) if per_sm < 8 else ring
+                if ring > (228 << 10) // per_sm - 2048:
+                    continue
+                grid = min(tiles, per_sm * sms)
+                res = []
+                for tiled in (0, 1):
+                    def go(w):
+                        drv.launch(kern, grid, 128, smem, stream,
+                                   [Ptr(w.data_ptr()), tiles, k, tiled, rg, ld, 0x1e3779b9, Ptr(sink.data_ptr())])
+                    for w in ws:
+                        go(w)
+                    torch.cuda.synchronize()
+                    best = float("inf")
+                    for _ in range(5):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        for _ in range(4):
+                            for w in ws:
+                                go(w)
+                        e1.record()
+                        torch.cuda.synchronize()
+                        best = min(best, e0.elapsed_time(e1) * 1e3 / 32)
+                    alone = float("inf")
+                    for i in range(16):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        go(ws[i % 8])
+                        e1.record()
+                        torch.cuda.synchronize()
+                        alone = min(alone, e0.elapsed_time(e1) * 1e3)
+                    res.append((best, alone))
+                (b0, a0), (b1, a1) = res
+                print(f"| {name} | {kern} | {per_sm} | {grid} | {nbytes / b0 / 1e3:.0f} ({b0:.1f}) | "
+                      f"{nbytes / b1 / 1e3:.0f} ({b1:.1f}) | {a0:.1f} | {a1:.1f} |")
+        del ws
+
+
+if __name__ == "__main__":
+    main()
