@@ -68,17 +68,12 @@ def check(result, what):
         sys.exit(f"{what} failed (nvrtcResult {result})")
 
 
-def compile_cubin(module, arch, defines):
-    # NVRTC dlopens its builtins by name: load them first, globally.
-    ctypes.CDLL(find("lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
-    nv = ctypes.CDLL(find("lib", "libnvrtc.so.13"))
+def nvrtc_cubin(nv, src, name, opts):
+    """The CUBIN of CUDA source `src` (bytes) compiled by the loaded NVRTC library `nv` with
+    options `opts` (strings); exits with NVRTC's log on an error. (tools/gpu/ring_probe.py uses
+    it with the GPU machine's NVRTC.)"""
     prog = ctypes.c_void_p()
-    src = full_source(module).encode()
-    check(nv.nvrtcCreateProgram(ctypes.byref(prog), src, f"{module}.cu".encode(), 0, None, None),
-          "nvrtcCreateProgram")
-    # As the engine (compile.rs): sm_90 as sm_90a, for the warpgroup MMAs.
-    opts = [f"--gpu-architecture=sm_{arch}{'a' if arch == 90 else ''}", "--std=c++17", "-default-device"]
-    opts += [f"-D{d}" for d in defines]
+    check(nv.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None), "nvrtcCreateProgram")
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     r = nv.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
@@ -91,6 +86,16 @@ def compile_cubin(module, arch, defines):
     cubin = ctypes.create_string_buffer(size.value)
     check(nv.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     return cubin.raw
+
+
+def compile_cubin(module, arch, defines):
+    # NVRTC dlopens its builtins by name: load them first, globally.
+    ctypes.CDLL(find("lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
+    nv = ctypes.CDLL(find("lib", "libnvrtc.so.13"))
+    # As the engine (compile.rs): sm_90 as sm_90a, for the warpgroup MMAs.
+    opts = [f"--gpu-architecture=sm_{arch}{'a' if arch == 90 else ''}", "--std=c++17", "-default-device"]
+    opts += [f"-D{d}" for d in defines]
+    return nvrtc_cubin(nv, full_source(module).encode(), f"{module}.cu", opts)
 
 
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?\s*([^;]*);")

@@ -14,6 +14,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from sass import nvrtc_cubin  # noqa: E402  (tools/sass.py: the NVRTC call and its log)
 KERNELS = ["ring_s4", "ring_s8", "ring_s16", "ldg_u2", "ldg_u4", "ldg_u8"]
 
 
@@ -35,23 +37,8 @@ def load_nvrtc():
 
 
 def compile_cubin(src, arch="sm_90a"):
-    nv = load_nvrtc()
-    prog = ctypes.c_void_p()
-    rc = nv.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"ring_probe.cu", 0, None, None)
-    assert rc == 0, rc
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-default-device"]
-    arr = (ctypes.c_char_p * len(opts))(*opts)
-    rc = nv.nvrtcCompileProgram(prog, len(opts), arr)
-    size = ctypes.c_size_t()
-    nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    nv.nvrtcGetProgramLog(prog, log)
-    if rc != 0:
-        raise SystemExit("NVRTC failed:\n" + log.value.decode())
-    nv.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    nv.nvrtcGetCUBIN(prog, cubin)
-    return cubin.raw
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "-default-device"]
+    return nvrtc_cubin(load_nvrtc(), src.encode(), "ring_probe.cu", opts)
 
 
 class Driver:
