@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Read rate of a decode linear's weight stream by the way it is loaded (ring_probe.cu).
 
-Compiles ring_probe.cu with NVRTC (sm_90a), launches its kernels through the driver API on
-PyTorch's stream and prints GB/s per (weight shape, kernel, blocks per SM, layout): back to back
-over 8 copies of the weight (L2 holds none) and one launch alone. Needs PyTorch and the CUDA
-driver; `--compile-only` checks the source here without a GPU.
+Compiles ring_probe.cu with NVRTC (sm_90a; through tools/sass.py's `nvrtc_cubin`), launches its
+kernels through the driver API inside CUDA graphs that PyTorch captures, and prints GB/s per
+(weight shape, kernel, blocks per SM, layout): back to back over 8 copies of the weight (one
+graph of 32 launches; L2 holds none) and one launch alone (a graph of one launch: its replay's
+time). Needs PyTorch and the CUDA driver; `--compile-only` checks the source here without a GPU.
 
     python3 tools/gpu/ring_probe.py [--compile-only]
 """
@@ -12,6 +13,7 @@ import ctypes
 import glob
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -94,9 +96,7 @@ def main():
         drv.fn(kern)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(4, dtype=torch.int32, device="cuda")
-    # Clocks up first: 3 s of copies (the first table ran its early rows at idle clocks).
-    import time
-
+    # Clocks up first: 3 s of copies (the GPU idles at low clocks: 345 MHz before a call).
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     t0 = time.time()
@@ -119,10 +119,12 @@ def main():
             stages = int(kern.split("_s")[1]) if kern.startswith("ring") else 0
             for per_sm in [1, 2, 4, 8]:
                 ring = stages * 8192
-                # Shared memory per block so that per_sm blocks fit (228 KiB per SM, 1 KiB reserved each).
-                smem = max(ring, (228 << 10) // per_sm - (1 << 10) - 1024) if per_sm < 8 else ring
-                if ring > (228 << 10) // per_sm - 2048:
+                # Shared memory per block that lets at most per_sm blocks share an SM (228 KiB per
+                # SM, 1 KiB reserved per block, 1 KiB spare); at 8 the grid alone sets it.
+                budget = (228 << 10) // per_sm - 2048
+                if ring > budget:
                     continue
+                smem = budget if per_sm < 8 else ring
                 grid = min(tiles, per_sm * sms)
                 res = []
                 for tiled in (0, 1):
